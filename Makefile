@@ -1,0 +1,36 @@
+# The README's two commands: `make demo` and `make test`. Both set everything up themselves.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint bench tools clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+# The real prometheus/promtool binaries the integration tests compare against (Debian package).
+tools:
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
+	  else echo "install the Debian package 'prometheus' (sudo apt-get install prometheus) for the integration tests"; fi; }
+
+demo: $(STAMP)
+	$(VENV)/bin/infermon demo $(DEMO_ARGS)
+
+test: $(STAMP) tools
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check monitor tests bench
+	$(VENV)/bin/mypy
+
+bench: $(STAMP) tools
+	$(PY) -m bench.service_scrape
+	$(PY) -m bench.memory_serve
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,72 @@
+"""FastAPI app: the HTTP interface, with the collectors scheduled in its lifespan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime, timezone
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from fastapi import FastAPI, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from monitor.runtime import Job, Monitor
+
+log = logging.getLogger("monitor.app")
+
+
+def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        scheduler = AsyncIOScheduler(timezone=timezone.utc)
+        if schedule:
+            for job in monitor.jobs:
+                _add_job(scheduler, monitor, job)
+            scheduler.start()
+        try:
+            yield
+        finally:
+            if scheduler.running:
+                scheduler.shutdown(wait=False)
+            await monitor.aclose()
+            log.info("monitor stopped")
+
+    app = FastAPI(title="inference-monitor", lifespan=lifespan)
+    app.state.monitor = monitor
+
+    @app.get("/metrics")
+    async def metrics() -> Response:  # on the loop: no race with collectors
+        return Response(monitor.metrics_text(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        ready = monitor.ready
+        return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
+
+    @app.get("/api/v1/status")
+    async def status() -> dict[str, object]:
+        return monitor.status()
+
+    return app
+
+
+def _add_job(scheduler: AsyncIOScheduler, monitor: Monitor, job: Job) -> None:
+    async def run() -> None:
+        await monitor.run_job(job)
+
+    scheduler.add_job(
+        run,
+        "interval",
+        seconds=job.interval_seconds,
+        id=job.name,
+        next_run_time=datetime.now(timezone.utc),
+        max_instances=1,  # a slow run is skipped over, never stacked
+        coalesce=True,
+        misfire_grace_time=max(1, int(job.interval_seconds)),
+    )

@@ -1,0 +1,85 @@
+"""`infermon`: serve | demo | check."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import uvicorn
+
+from monitor.config import ConfigError, Settings, load_settings
+
+app = typer.Typer(help="Monitoring for LLM inference clusters: GPUs, engines, quality, cost.",
+                  no_args_is_help=True, add_completion=False)
+
+ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="YAML configuration file")]
+
+
+def _settings(config: Path | None, **server: object) -> Settings:
+    overrides = {"server": {k: v for k, v in server.items() if v is not None}}
+    try:
+        return load_settings(config, overrides)
+    except ConfigError as exc:
+        typer.secho(f"configuration error:\n{exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@app.command()
+def serve(
+    config: ConfigOption = None,
+    host: Annotated[str | None, typer.Option(help="Listen address (default 0.0.0.0)")] = None,
+    port: Annotated[int | None, typer.Option(help="Listen port (default 9480)")] = None,
+) -> None:
+    """Run the monitor: collect, export /metrics, serve the API."""
+    from monitor.app import create_app
+    from monitor.runtime import Monitor
+
+    settings = _settings(config, host=host, port=port)
+    _logging(settings.server.log_level)
+    api = create_app(Monitor(settings))
+    uvicorn.run(api, host=settings.server.host, port=settings.server.port,
+                log_level=settings.server.log_level, access_log=False)
+
+
+@app.command()
+def demo(
+    port: Annotated[int, typer.Option(help="Port of the monitor")] = 9480,
+    duration: Annotated[float | None, typer.Option(help="Stop after this many seconds")] = None,
+) -> None:
+    """The monitor against a simulated vLLM server under load (no GPU, nothing to install)."""
+    from monitor.demo import run_demo
+
+    _logging("info")
+    asyncio.run(run_demo(port=port, duration=duration))
+
+
+@app.command()
+def check(config: ConfigOption = None) -> None:
+    """Validate the configuration and scrape every target once."""
+    from monitor.runtime import Monitor
+
+    settings = _settings(config)
+    typer.echo(f"configuration OK: {len(settings.service.targets)} service target(s)")
+
+    async def probe() -> bool:
+        monitor = Monitor(settings)
+        try:
+            await monitor.run_once()
+        finally:
+            await monitor.aclose()
+        all_up = True
+        for row in monitor.service.status():
+            state = f"up, {row['engine']} {row['generation']}" if row["up"] else f"DOWN: {row['error']}"
+            all_up = all_up and bool(row["up"])
+            typer.echo(f"  {row['name']:<20} {row['url']}  {state}")
+        return all_up
+
+    if not asyncio.run(probe()):
+        raise typer.Exit(1)

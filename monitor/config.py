@@ -1,0 +1,216 @@
+"""One typed settings model: a YAML file, overridden by INFERMON_<SECTION>__<KEY> variables.
+
+Read once at start-up (`load_settings`) and passed down; a bad value fails right there with
+the key and the reason (`ConfigError`), never later inside a collector.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, ValidationError, field_validator
+from pydantic_core import core_schema
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+class ConfigError(Exception):
+    """A configuration problem, naming the key: `service.scrape_interval: ...`."""
+
+
+class Duration:
+    """A duration written as text (`500ms`, `15s`, `1m`, `1h`); keeps the text for labels."""
+
+    __slots__ = ("seconds", "text")
+
+    def __init__(self, text: str) -> None:
+        match = _DURATION.match(text)
+        if match is None:
+            raise ValueError(f"not a duration: {text!r} (use e.g. 500ms, 15s, 1m, 1h)")
+        self.seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
+        self.text = text.strip() if match.group(2) else f"{match.group(1)}s"
+        if self.seconds <= 0:
+            raise ValueError(f"duration must be positive: {text!r}")
+
+    @classmethod
+    def _validate(cls, value: Any) -> Duration:
+        if isinstance(value, Duration):
+            return value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return cls(f"{value}s")
+        if isinstance(value, str):
+            return cls(value)
+        raise ValueError(f"not a duration: {value!r}")
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            cls._validate, serialization=core_schema.plain_serializer_function_ser_schema(str)
+        )
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"Duration({self.text!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Duration) and other.seconds == self.seconds
+
+    def __hash__(self) -> int:
+        return hash(self.seconds)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Target(_Section):
+    name: str = Field(min_length=1, description="Label value `target` on every series of this engine")
+    url: str = Field(description="The engine's metrics page, e.g. http://10.0.0.5:8000/metrics")
+    model: str | None = Field(None, description="Model name for engines whose page has no model label (TGI)")
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"not an http(s) URL: {value!r}")
+        return value
+
+
+class SloSettings(_Section):
+    ttft: Duration = Field(Duration("200ms"), description="Real-time chat objective for TTFT")
+    tpot: Duration = Field(Duration("50ms"), description="Real-time chat objective for TPOT")
+
+
+class ServiceSettings(_Section):
+    scrape_interval: Duration = Field(Duration("15s"), description="How often each target is scraped")
+    scrape_timeout: Duration = Field(Duration("10s"), description="Deadline for one whole scrape")
+    windows: list[Duration] = Field(default_factory=lambda: [Duration("1m"), Duration("5m")])
+    baseline_window: Duration = Field(Duration("1h"), description="Trailing throughput baseline")
+    max_page_bytes: int = Field(10_000_000, gt=0, description="Larger pages fail the scrape")
+    targets: list[Target] = Field(default_factory=list)
+    slo: SloSettings = Field(default_factory=SloSettings)
+
+    @field_validator("windows")
+    @classmethod
+    def _windows(cls, value: list[Duration]) -> list[Duration]:
+        if not value:
+            raise ValueError("at least one window is needed")
+        labels = [w.text for w in value]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"duplicate window: {labels}")
+        return value
+
+    @field_validator("targets")
+    @classmethod
+    def _unique_names(cls, value: list[Target]) -> list[Target]:
+        names = [t.name for t in value]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate target names: {duplicates}")
+        return value
+
+
+class NvmlSettings(_Section):
+    enabled: Literal["auto", "true", "false"] = "auto"
+
+    @field_validator("enabled", mode="before")
+    @classmethod
+    def _bool_text(cls, value: Any) -> Any:
+        return str(value).lower() if isinstance(value, bool) else value
+
+
+class DcgmSettings(_Section):
+    targets: list[Target] = Field(default_factory=list)
+
+
+class ReplaySettings(_Section):
+    file: Path | None = Field(None, description="Recorded NVML trace to play as a live GPU")
+
+
+class InfraSettings(_Section):
+    interval: Duration = Field(Duration("5s"))
+    timeout: Duration = Field(Duration("2s"), description="Deadline for one GPU's NVML reads")
+    node: str = Field(default_factory=socket.gethostname)
+    nvml: NvmlSettings = Field(default_factory=NvmlSettings)
+    dcgm: DcgmSettings = Field(default_factory=DcgmSettings)
+    replay: ReplaySettings = Field(default_factory=ReplaySettings)
+
+
+class StorageSettings(_Section):
+    url: str = "sqlite:///./infermon.db"
+
+
+class ServerSettings(_Section):
+    host: str = "0.0.0.0"
+    port: int = Field(9480, ge=0, le=65535)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="INFERMON_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
+    )
+
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    service: ServiceSettings = Field(default_factory=ServiceSettings)
+    infra: InfraSettings = Field(default_factory=InfraSettings)
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The environment overrides the file (which arrives as init arguments).
+        return env_settings, init_settings
+
+
+def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
+    """Settings from a YAML file (optional) and the environment; ConfigError names the key."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        data = _read_yaml(Path(path))
+    for key, value in (overrides or {}).items():
+        data.setdefault(key, {}).update(value)
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, path)) from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    return loaded
+
+
+def _describe(exc: ValidationError, path: str | Path | None) -> str:
+    where = f"{path}: " if path else ""
+    lines = []
+    for error in exc.errors():
+        key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        reason = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            reason = "unknown key"
+        lines.append(f"{where}{key}: {reason}")
+    return "\n".join(lines)

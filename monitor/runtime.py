@@ -1,0 +1,88 @@
+"""The monitor assembled from settings: collectors as jobs, one health book, one registry.
+
+Kept apart from FastAPI so tests (and `infermon check`) can run collection cycles directly
+with an injected HTTP client and clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from monitor import __version__
+from monitor.config import Settings
+from monitor.exporter import Renderer, make_registry, render_health, render_text
+from monitor.health import HealthBook
+from monitor.service.collector import ServiceCollector
+from monitor.service.render import render_objectives, render_service
+
+
+@dataclass
+class Job:
+    name: str
+    interval_seconds: float
+    run: Callable[[], Awaitable[Any]]
+    ran: bool = False
+
+
+class Monitor:
+    def __init__(
+        self,
+        settings: Settings,
+        client: httpx.AsyncClient | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.wall = wall
+        self.started = wall()
+        self.health = HealthBook(wall=wall)
+        self.client = client or httpx.AsyncClient(follow_redirects=True, trust_env=False)
+        self.service = ServiceCollector(settings.service, self.client, self.health, wall)
+        self.jobs = [Job("service", settings.service.scrape_interval.seconds, self.service.collect)]
+        renderers: list[Renderer] = [
+            lambda: render_service(self.service.view),
+            lambda: [render_objectives(self.service.view)],
+            lambda: render_health(self.health),
+        ]
+        self.registry = make_registry(renderers)
+
+    async def run_job(self, job: Job) -> None:
+        try:
+            await job.run()
+        finally:
+            job.ran = True
+
+    async def run_once(self) -> None:
+        for job in self.jobs:
+            await self.run_job(job)
+
+    def metrics_text(self) -> bytes:
+        return render_text(self.registry)
+
+    @property
+    def ready(self) -> bool:
+        return all(job.ran for job in self.jobs)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "version": __version__,
+            "started": self.started,
+            "uptime_seconds": self.wall() - self.started,
+            "ready": self.ready,
+            "layers": {
+                "service": {
+                    "scrape_interval_seconds": self.settings.service.scrape_interval.seconds,
+                    "windows": [w.text for w in self.settings.service.windows],
+                    "last_derivation": self.service.view.ts,
+                    "targets": self.service.status(),
+                },
+            },
+            "collectors": [entry.as_dict() for entry in self.health.entries.values()],
+        }
+
+    async def aclose(self) -> None:
+        await self.client.aclose()

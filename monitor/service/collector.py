@@ -1,0 +1,197 @@
+"""The service layer's job: scrape every engine target, keep windows, derive the numbers.
+
+One run scrapes all targets concurrently (each under its own deadline, so a hung target costs
+only its timeout), then derives a fresh `ServiceView` that /metrics renders without I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from monitor.config import ServiceSettings, Target
+from monitor.health import HealthBook
+from monitor.promtext import PageError, Parser
+from monitor.service.derive import (
+    Objectives,
+    Rates,
+    Window,
+    WindowStats,
+    fleet_rates,
+    stats_from_rates,
+    window_rates,
+)
+from monitor.service.engines import EngineSpec, detect
+from monitor.service.extract import Snapshot, extract
+from monitor.service.scrape import ScrapeError, fetch_page
+
+log = logging.getLogger("monitor.service")
+COLLECTOR = "service"
+
+
+@dataclass
+class TargetState:
+    target: Target
+    parser: Parser = field(default_factory=Parser)
+    history: deque[Snapshot] = field(default_factory=deque)
+    baseline: deque[Snapshot] = field(default_factory=deque)  # generation tokens only
+    engine: EngineSpec | None = None
+    up: bool = False
+    last_scrape: float | None = None
+    error: str | None = None
+    page_bytes: int = 0
+    duplicates: int = 0
+    non_finite: int = 0
+
+
+@dataclass
+class TargetView:
+    name: str
+    up: bool
+    engine: str | None
+    generation: str | None
+    gauges: dict[str, dict[str, float]] = field(default_factory=dict)  # metric -> model -> value
+    stats: dict[tuple[str, str], WindowStats] = field(default_factory=dict)  # (model, window)
+
+
+@dataclass
+class ServiceView:
+    ts: float
+    windows: list[Window]
+    objectives: Objectives
+    targets: dict[str, TargetView] = field(default_factory=dict)
+    fleet: dict[tuple[str, str], WindowStats] = field(default_factory=dict)  # (model, window)
+
+
+class ServiceCollector:
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        client: httpx.AsyncClient,
+        health: HealthBook,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.health = health
+        self.wall = wall
+        self.windows = [Window(w.text, w.seconds) for w in settings.windows]
+        self.objectives = Objectives(settings.slo.ttft.seconds, settings.slo.tpot.seconds)
+        self.targets = {t.name: TargetState(t) for t in settings.targets}
+        self.view = ServiceView(ts=wall(), windows=self.windows, objectives=self.objectives)
+
+    async def collect(self) -> ServiceView:
+        await asyncio.gather(*(self._scrape(state) for state in self.targets.values()))
+        self.view = self.derive(self.wall())
+        return self.view
+
+    async def _scrape(self, state: TargetState) -> None:
+        name = state.target.name
+        with self.health.run(COLLECTOR, name):
+            started = self.wall()
+            state.last_scrape = started
+            try:
+                fetched = await fetch_page(
+                    self.client,
+                    state.target.url,
+                    self.settings.scrape_timeout.seconds,
+                    self.settings.max_page_bytes,
+                )
+                self._ingest(state, fetched.text, fetched.openmetrics, started)
+                state.page_bytes = fetched.size
+            except (ScrapeError, PageError) as exc:
+                state.up, state.error = False, str(exc)
+                raise
+            if not state.up:
+                log.info("target %s is up (%s %s)", name, state.engine.engine if state.engine else "?",
+                         state.engine.generation if state.engine else "?")
+            state.up, state.error = True, None
+
+    def _ingest(self, state: TargetState, text: str, openmetrics: bool, ts: float) -> None:
+        spec = detect(text)
+        if spec is None:
+            raise PageError("no known serving-engine metrics on the page (vLLM, SGLang, TGI)")
+        if spec is not state.engine:
+            # Another engine or generation: old snapshots use other names, start afresh.
+            state.history.clear()
+            state.baseline.clear()
+            state.engine = spec
+        page = state.parser.parse(text, spec.wanted, openmetrics)
+        default_model = state.target.model or "unknown"
+        snap = extract(page, spec, ts, default_model)
+        state.duplicates, state.non_finite = page.duplicates, snap.non_finite
+        if page.duplicates:
+            log.warning("target %s: %d duplicate series on the page (first one kept)", state.target.name,
+                        page.duplicates)
+        self._remember(state, snap)
+
+    def _remember(self, state: TargetState, snap: Snapshot) -> None:
+        interval = self.settings.scrape_interval.seconds
+        longest = max(w.seconds for w in self.windows)
+        state.history.append(snap)
+        while state.history and state.history[0].ts < snap.ts - longest - interval:
+            state.history.popleft()
+        generation = snap.counters.get("generation_tokens")
+        state.baseline.append(Snapshot(ts=snap.ts, counters={"generation_tokens": generation or {}}))
+        horizon = longest + self.settings.baseline_window.seconds + interval
+        while state.baseline and state.baseline[0].ts < snap.ts - horizon:
+            state.baseline.popleft()
+
+    def derive(self, now: float) -> ServiceView:
+        view = ServiceView(ts=now, windows=self.windows, objectives=self.objectives)
+        per_window: dict[str, list[dict[str, Rates]]] = {w.label: [] for w in self.windows}
+        for name, state in self.targets.items():
+            target_view = TargetView(
+                name=name,
+                up=state.up,
+                engine=state.engine.engine if state.engine else None,
+                generation=state.engine.generation if state.engine else None,
+            )
+            view.targets[name] = target_view
+            if not state.up or not state.history:
+                continue  # a down target's series disappear
+            target_view.gauges = state.history[-1].gauges
+            for window in self.windows:
+                rates = window_rates(
+                    state.history, now, window, state.baseline, self.settings.baseline_window.seconds
+                )
+                per_window[window.label].append(rates)
+                for model, model_rates in rates.items():
+                    target_view.stats[(model, window.label)] = stats_from_rates(model_rates, self.objectives)
+        for window in self.windows:
+            for model, model_rates in fleet_rates(per_window[window.label]).items():
+                view.fleet[(model, window.label)] = stats_from_rates(model_rates, self.objectives)
+        return view
+
+    def status(self) -> list[dict[str, object]]:
+        rows = []
+        for name, state in self.targets.items():
+            entry = self.health.get(COLLECTOR, name)
+            rows.append({
+                "name": name,
+                "url": safe_url(state.target.url),
+                "up": state.up,
+                "engine": state.engine.engine if state.engine else None,
+                "generation": state.engine.generation if state.engine else None,
+                "last_scrape": state.last_scrape,
+                "last_success": entry.last_success,
+                "scrape_duration_seconds": entry.duration_seconds,
+                "error": state.error,
+                "page_bytes": state.page_bytes,
+                "duplicate_series": state.duplicates,
+                "non_finite_samples": state.non_finite,
+                "models": sorted(state.history[-1].models()) if state.history and state.up else [],
+            })
+        return rows
+
+
+def safe_url(url: str) -> str:
+    """The URL without user:password, for logs and the status API."""
+    parsed = httpx.URL(url)
+    return str(parsed.copy_with(username=None, password=None)) if parsed.userinfo else url

@@ -1,0 +1,124 @@
+"""One scrape of one engine page -> a Snapshot of just the series we derive from.
+
+Counters and histogram buckets stay per series (an `engine`/rank/`pid` child is its own
+counter with its own resets), exactly as Prometheus stores them, because `rate()` is taken
+per series before anything is summed. Gauges are combined per model right away.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from monitor.promtext import Labels, Page
+from monitor.service.engines import HTTP_API_PREFIX, HTTP_SAMPLES, EngineSpec
+
+BucketKey = tuple[Labels, float]
+"""(the bucket series' labels without `le`, its upper bound)"""
+
+
+@dataclass(slots=True)
+class Snapshot:
+    ts: float
+    # metric -> model -> series labels -> value
+    counters: dict[str, dict[str, dict[Labels, float]]] = field(default_factory=dict)
+    # metric -> model -> (labels without le, le) -> cumulative count
+    buckets: dict[str, dict[str, dict[BucketKey, float]]] = field(default_factory=dict)
+    # metric -> model -> value
+    gauges: dict[str, dict[str, float]] = field(default_factory=dict)
+    # "errors" (5xx) / "all" responses of the OpenAI API handlers -> series -> value
+    http: dict[str, dict[Labels, float]] = field(default_factory=dict)
+    non_finite: int = 0  # samples dropped because they were NaN or ±Inf
+
+    def models(self) -> set[str]:
+        found: set[str] = set()
+        for per_model in (*self.counters.values(), *self.buckets.values(), *self.gauges.values()):
+            found.update(per_model)
+        return found
+
+
+def extract(page: Page, spec: EngineSpec, ts: float, default_model: str) -> Snapshot:
+    snap = Snapshot(ts=ts)
+    model_of = _model_reader(spec, default_model)
+    for metric, selectors in spec.counters.items():
+        per_model: dict[str, dict[Labels, float]] = {}
+        for selector in selectors:
+            for labels, value in page.series(selector.sample).items():
+                if not selector.accepts(labels):
+                    continue
+                if not math.isfinite(value):
+                    snap.non_finite += 1
+                    continue
+                key = ((selector.sample, ""), *labels)
+                per_model.setdefault(model_of(labels), {})[key] = value
+        if per_model:
+            snap.counters[metric] = per_model
+    for metric, candidates in spec.histograms.items():
+        base = next((c for c in candidates if f"{c}_bucket" in page.samples), None)
+        if base is not None:
+            snap.buckets[metric] = _buckets(page.series(f"{base}_bucket"), model_of, snap)
+    for metric, gauge in spec.gauges.items():
+        name = next((c for c in gauge.candidates if c in page.samples), None)
+        if name is not None:
+            combined = _combine_gauge(page.series(name), gauge.combine, spec, model_of, snap)
+            snap.gauges[metric] = {m: v * gauge.scale for m, v in combined.items()}
+    _extract_http(page, snap)
+    return snap
+
+
+def _model_reader(spec: EngineSpec, default_model: str):  # type: ignore[no-untyped-def]
+    label = spec.model_label
+
+    def model_of(labels: Labels) -> str:
+        if label is None:
+            return default_model
+        for name, value in labels:
+            if name == label:
+                return value
+        return default_model
+
+    return model_of
+
+
+def _buckets(series: dict[Labels, float], model_of, snap: Snapshot) -> dict[str, dict[BucketKey, float]]:  # type: ignore[no-untyped-def]
+    per_model: dict[str, dict[BucketKey, float]] = {}
+    for labels, value in series.items():
+        if not math.isfinite(value):
+            snap.non_finite += 1
+            continue
+        le_text = next((v for k, v in labels if k == "le"), None)
+        if le_text is None:
+            continue
+        le = float(le_text)
+        rest = tuple(pair for pair in labels if pair[0] != "le")
+        per_model.setdefault(model_of(labels), {})[(rest, le)] = value
+    return per_model
+
+
+def _combine_gauge(series: dict[Labels, float], combine: str, spec: EngineSpec, model_of, snap: Snapshot) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    # Copies of one engine value reported by several processes (`pid`) count once.
+    groups: dict[tuple[str, Labels], float] = {}
+    for labels, value in series.items():
+        if not math.isfinite(value):
+            snap.non_finite += 1
+            continue
+        key = (model_of(labels), tuple(p for p in labels if p[0] not in spec.process_labels))
+        groups[key] = max(value, groups.get(key, -math.inf))
+    combined: dict[str, float] = {}
+    for (model, _), value in groups.items():
+        if model in combined:
+            combined[model] = combined[model] + value if combine == "sum" else max(combined[model], value)
+        else:
+            combined[model] = value
+    return combined
+
+
+def _extract_http(page: Page, snap: Snapshot) -> None:
+    for sample in HTTP_SAMPLES:
+        for labels, value in page.series(sample).items():
+            values = dict(labels)
+            if not values.get("handler", "").startswith(HTTP_API_PREFIX) or not math.isfinite(value):
+                continue
+            snap.http.setdefault("all", {})[labels] = value
+            if values.get("status", "").startswith("5"):
+                snap.http.setdefault("errors", {})[labels] = value

@@ -1,0 +1,127 @@
+"""The two PromQL functions our numbers must equal: `rate()`/`increase()` and `histogram_quantile()`.
+
+Both follow Prometheus' promql/functions.go (extrapolatedRate) and promql/quantile.go
+(bucketQuantile) so that a number on our /metrics page is the number an operator gets from
+Prometheus on the same samples. Plain floats in, plain floats out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+Point = tuple[float, float]
+"""(timestamp seconds, counter value)"""
+
+
+def reset_corrected_delta(values: Sequence[float]) -> float:
+    """last - first, adding back the value before every counter reset (an engine restart)."""
+    delta = values[-1] - values[0]
+    for previous, current in zip(values, values[1:], strict=False):
+        if current < previous:
+            delta += previous
+    return delta
+
+
+def extrapolated_increase(points: Sequence[Point], range_start: float, range_end: float) -> float | None:
+    """Prometheus `increase(x[range])` evaluated at `range_end` over the points inside the range.
+
+    Needs two points. The increase between the first and last point is extrapolated towards
+    the range edges, but by at most half an average sample interval when the series starts or
+    ends well inside the range, and never below a counter value of zero.
+    """
+    if len(points) < 2:
+        return None
+    first_t, first_v = points[0]
+    last_t, _ = points[-1]
+    result = reset_corrected_delta([v for _, v in points])
+    sampled = last_t - first_t
+    if sampled <= 0:
+        return None
+    to_start = first_t - range_start
+    to_end = range_end - last_t
+    average_step = sampled / (len(points) - 1)
+    threshold = average_step * 1.1
+    if to_start >= threshold:
+        to_start = average_step / 2
+    if result > 0 and first_v >= 0:
+        # A counter cannot have been below zero: do not extrapolate past the point where it was 0.
+        to_zero = sampled * (first_v / result)
+        to_start = min(to_start, to_zero)
+    if to_end >= threshold:
+        to_end = average_step / 2
+    return result * (sampled + to_start + to_end) / sampled
+
+
+def extrapolated_rate(points: Sequence[Point], range_start: float, range_end: float) -> float | None:
+    """Prometheus `rate(x[range])`: the extrapolated increase per second of the range."""
+    increase = extrapolated_increase(points, range_start, range_end)
+    if increase is None:
+        return None
+    return increase / (range_end - range_start)
+
+
+Bucket = tuple[float, float]
+"""(upper bound `le`, cumulative count)"""
+
+def histogram_quantile(q: float, buckets: Sequence[Bucket]) -> float:
+    """Prometheus `histogram_quantile(q, ...)` over classic buckets; NaN when there is no answer.
+
+    Linear interpolation inside the bucket that holds the rank; the lowest bucket starts at 0
+    (when its bound is positive); a rank in the +Inf bucket returns the highest finite bound.
+    """
+    if math.isnan(q):
+        return math.nan
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    ordered = _monotonic(sorted(buckets))
+    if len(ordered) < 2 or not math.isinf(ordered[-1][0]):
+        return math.nan
+    observations = ordered[-1][1]
+    if observations == 0 or math.isnan(observations):
+        return math.nan
+    rank = q * observations
+    index = next(i for i, (_, count) in enumerate(ordered) if count >= rank)
+    if index == len(ordered) - 1:
+        return ordered[-2][0]
+    upper, count = ordered[index]
+    if index == 0 and upper <= 0:
+        return upper
+    lower = 0.0
+    if index > 0:
+        lower, below = ordered[index - 1]
+        count -= below
+        rank -= below
+    return lower + (upper - lower) * (rank / count)
+
+
+def _monotonic(buckets: list[Bucket]) -> list[Bucket]:
+    """Float sums of bucket rates can dip; Prometheus raises each count to the running max."""
+    fixed: list[Bucket] = []
+    highest = -math.inf
+    for upper, count in buckets:
+        highest = max(highest, count)
+        fixed.append((upper, highest))
+    return fixed
+
+
+def fraction_at_or_below(threshold: float, buckets: Sequence[Bucket]) -> float:
+    """Share of observations <= threshold, interpolating linearly inside a bucket the way
+    histogram_quantile does (its inverse). NaN without observations."""
+    ordered = _monotonic(sorted(buckets))
+    if len(ordered) < 2 or not math.isinf(ordered[-1][0]):
+        return math.nan
+    total = ordered[-1][1]
+    if total == 0:
+        return math.nan
+    lower, below = 0.0, 0.0
+    for upper, count in ordered:
+        if threshold <= upper:
+            if math.isinf(upper):
+                return below / total
+            share = (threshold - lower) / (upper - lower) if upper > lower else 1.0
+            return (below + (count - below) * max(share, 0.0)) / total
+        lower, below = upper, count
+    return 1.0

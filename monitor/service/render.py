@@ -1,0 +1,94 @@
+"""ServiceView -> metric families (fresh each scrape of /metrics; no I/O, no state kept)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import Metric
+
+from monitor.catalog import family
+from monitor.service.collector import ServiceView
+from monitor.service.derive import WindowStats
+
+# Our metric -> WindowStats attribute, for the plain per-window gauges.
+_WINDOW_GAUGES = {
+    "inference_requests_per_second": "requests_per_second",
+    "inference_request_error_ratio": "error_ratio",
+    "inference_prompt_tokens_per_second": "prompt_tokens_per_second",
+    "inference_generation_tokens_per_second": "generation_tokens_per_second",
+    "inference_preemptions_per_second": "preemptions_per_second",
+    "inference_throughput_baseline_ratio": "throughput_baseline_ratio",
+}
+_SUMMARIES = {
+    "inference_ttft_seconds": "ttft",
+    "inference_tpot_seconds": "tpot",
+    "inference_e2e_latency_seconds": "e2e",
+    "inference_queue_time_seconds": "queue",
+}
+_TARGET_GAUGES = {
+    "inference_requests_running": "running",
+    "inference_requests_waiting": "waiting",
+    "inference_kv_cache_usage_ratio": "kv_cache",
+}
+
+
+def render_service(view: ServiceView) -> Iterator[Metric]:
+    up = family("inference_target_up")
+    info = family("inference_target_info")
+    for name, target in view.targets.items():
+        up.add_sample("inference_target_up", {"target": name}, 1.0 if target.up else 0.0)
+        if target.engine:
+            info.add_sample(
+                "inference_target_info",
+                {"target": name, "engine": target.engine, "generation": target.generation or ""},
+                1.0,
+            )
+    yield up
+    yield info
+
+    rows: list[tuple[dict[str, str], WindowStats]] = []
+    for name, target in view.targets.items():
+        for (model, window), stats in sorted(target.stats.items()):
+            rows.append(({"target": name, "model": model, "window": window}, stats))
+    for (model, window), stats in sorted(view.fleet.items()):
+        rows.append(({"model": model, "window": window}, stats))
+
+    for metric, attribute in _WINDOW_GAUGES.items():
+        fam = family(metric)
+        for labels, stats in rows:
+            value = getattr(stats, attribute)
+            if value is not None:
+                fam.add_sample(metric, labels, value)
+        yield fam
+    for metric, key in _SUMMARIES.items():
+        fam = family(metric)
+        for labels, stats in rows:
+            for q, value in stats.quantiles.get(key, {}).items():
+                fam.add_sample(metric, {**labels, "quantile": f"{q:g}"}, value)
+        yield fam
+    yield _slo(view, rows)
+    yield from _target_gauges(view)
+
+
+def _slo(view: ServiceView, rows: list[tuple[dict[str, str], WindowStats]]) -> Metric:
+    fam = family("inference_slo_attainment_ratio")
+    for labels, stats in rows:
+        for objective, share in sorted(stats.slo_attainment.items()):
+            fam.add_sample("inference_slo_attainment_ratio", {**labels, "objective": objective}, share)
+    return fam
+
+
+def render_objectives(view: ServiceView) -> Metric:
+    fam = family("inference_slo_objective_seconds")
+    for objective, seconds in (("ttft", view.objectives.ttft_seconds), ("tpot", view.objectives.tpot_seconds)):
+        fam.add_sample("inference_slo_objective_seconds", {"objective": objective}, seconds)
+    return fam
+
+
+def _target_gauges(view: ServiceView) -> Iterator[Metric]:
+    for metric, key in _TARGET_GAUGES.items():
+        fam = family(metric)
+        for name, target in view.targets.items():
+            for model, value in sorted(target.gauges.get(key, {}).items()):
+                fam.add_sample(metric, {"target": name, "model": model}, value)
+        yield fam

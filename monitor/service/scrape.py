@@ -1,0 +1,75 @@
+"""Fetching one engine page: the only I/O of the service layer.
+
+Every way a target can be broken ends here as a `ScrapeError` with a short reason that is
+safe to log and show (no URL credentials, no body): refused, timed out, HTTP status, too
+large, not text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import httpx
+
+ACCEPT = "text/plain;version=0.0.4;q=1.0,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
+
+
+class ScrapeError(Exception):
+    """Why a page could not be fetched; the message is the reason, safe to show."""
+
+    plain = True
+
+
+@dataclass(frozen=True)
+class FetchedPage:
+    text: str
+    openmetrics: bool
+    size: int
+
+
+async def fetch_page(client: httpx.AsyncClient, url: str, timeout_s: float, max_bytes: int) -> FetchedPage:
+    """GET the page with one deadline for the whole exchange.
+
+    httpx's timeouts are per socket operation, so a server that trickles a byte every few
+    seconds would never trip them; the outer deadline covers connect + headers + body.
+    """
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _fetch(client, url, max_bytes)
+    except TimeoutError:
+        raise ScrapeError(f"timed out after {timeout_s:g}s") from None
+    except httpx.TimeoutException:
+        raise ScrapeError(f"timed out after {timeout_s:g}s") from None
+    except httpx.ConnectError as exc:
+        raise ScrapeError(f"connection failed: {_reason(exc)}") from None
+    except httpx.HTTPError as exc:
+        raise ScrapeError(f"{type(exc).__name__}: {_reason(exc)}") from None
+
+
+async def _fetch(client: httpx.AsyncClient, url: str, max_bytes: int) -> FetchedPage:
+    async with client.stream("GET", url, headers={"Accept": ACCEPT}) as response:
+        if response.status_code != 200:
+            raise ScrapeError(f"HTTP {response.status_code}")
+        declared = response.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+            raise ScrapeError(f"page larger than {max_bytes} bytes ({declared})")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > max_bytes:
+                raise ScrapeError(f"page larger than {max_bytes} bytes")
+            chunks.append(chunk)
+        content_type = response.headers.get("content-type", "")
+    try:
+        text = b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ScrapeError("page is not UTF-8 text") from None
+    return FetchedPage(text=text, openmetrics="openmetrics" in content_type, size=size)
+
+
+def _reason(exc: Exception) -> str:
+    # httpx messages can contain the URL; keep only the first line, without it.
+    text = str(exc).split("\n", 1)[0]
+    return text[:200] or type(exc).__name__
