@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from fastapi import FastAPI, Response
@@ -20,7 +20,7 @@ log = logging.getLogger("monitor.app")
 def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        scheduler = AsyncIOScheduler(timezone=timezone.utc)
+        scheduler = AsyncIOScheduler(timezone=UTC)
         if schedule:
             for job in monitor.jobs:
                 _add_job(scheduler, monitor, job)
@@ -65,7 +65,7 @@ def _add_job(scheduler: AsyncIOScheduler, monitor: Monitor, job: Job) -> None:
         "interval",
         seconds=job.interval_seconds,
         id=job.name,
-        next_run_time=datetime.now(timezone.utc),
+        next_run_time=datetime.now(UTC),
         max_instances=1,  # a slow run is skipped over, never stacked
         coalesce=True,
         misfire_grace_time=max(1, int(job.interval_seconds)),

@@ -90,8 +90,8 @@ def window_rates(
             if total is not None:
                 per_model.setdefault(model, Rates()).counters[metric] = total
     for metric, by_model_le in _bucket_points(inside).items():
-        for model, series in by_model_le.items():
-            le_rates = _sum_rates_by_le(series, start, end)
+        for model, bucket_series in by_model_le.items():
+            le_rates = _sum_rates_by_le(bucket_series, start, end)
             if le_rates:
                 per_model.setdefault(model, Rates()).buckets[metric] = le_rates
     _attach_http(per_model, inside, start, end)

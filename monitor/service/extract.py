@@ -8,11 +8,13 @@ per series before anything is summed. Gauges are combined per model right away.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from monitor.promtext import Labels, Page
 from monitor.service.engines import HTTP_API_PREFIX, HTTP_SAMPLES, EngineSpec
 
+ModelOf = Callable[[Labels], str]
 BucketKey = tuple[Labels, float]
 """(the bucket series' labels without `le`, its upper bound)"""
 
@@ -32,8 +34,12 @@ class Snapshot:
 
     def models(self) -> set[str]:
         found: set[str] = set()
-        for per_model in (*self.counters.values(), *self.buckets.values(), *self.gauges.values()):
-            found.update(per_model)
+        for counters in self.counters.values():
+            found.update(counters)
+        for buckets in self.buckets.values():
+            found.update(buckets)
+        for gauges in self.gauges.values():
+            found.update(gauges)
         return found
 
 
@@ -66,7 +72,7 @@ def extract(page: Page, spec: EngineSpec, ts: float, default_model: str) -> Snap
     return snap
 
 
-def _model_reader(spec: EngineSpec, default_model: str):  # type: ignore[no-untyped-def]
+def _model_reader(spec: EngineSpec, default_model: str) -> ModelOf:
     label = spec.model_label
 
     def model_of(labels: Labels) -> str:
@@ -80,7 +86,7 @@ def _model_reader(spec: EngineSpec, default_model: str):  # type: ignore[no-unty
     return model_of
 
 
-def _buckets(series: dict[Labels, float], model_of, snap: Snapshot) -> dict[str, dict[BucketKey, float]]:  # type: ignore[no-untyped-def]
+def _buckets(series: dict[Labels, float], model_of: ModelOf, snap: Snapshot) -> dict[str, dict[BucketKey, float]]:
     per_model: dict[str, dict[BucketKey, float]] = {}
     for labels, value in series.items():
         if not math.isfinite(value):
@@ -95,7 +101,9 @@ def _buckets(series: dict[Labels, float], model_of, snap: Snapshot) -> dict[str,
     return per_model
 
 
-def _combine_gauge(series: dict[Labels, float], combine: str, spec: EngineSpec, model_of, snap: Snapshot) -> dict[str, float]:  # type: ignore[no-untyped-def]
+def _combine_gauge(
+    series: dict[Labels, float], combine: str, spec: EngineSpec, model_of: ModelOf, snap: Snapshot
+) -> dict[str, float]:
     # Copies of one engine value reported by several processes (`pid`) count once.
     groups: dict[tuple[str, Labels], float] = {}
     for labels, value in series.items():
@@ -107,7 +115,8 @@ def _combine_gauge(series: dict[Labels, float], combine: str, spec: EngineSpec, 
     combined: dict[str, float] = {}
     for (model, _), value in groups.items():
         if model in combined:
-            combined[model] = combined[model] + value if combine == "sum" else max(combined[model], value)
+            previous = combined[model]
+            combined[model] = previous + value if combine == "sum" else max(previous, value)
         else:
             combined[model] = value
     return combined

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import pairwise
 
 Point = tuple[float, float]
 """(timestamp seconds, counter value)"""
@@ -17,7 +18,7 @@ Point = tuple[float, float]
 def reset_corrected_delta(values: Sequence[float]) -> float:
     """last - first, adding back the value before every counter reset (an engine restart)."""
     delta = values[-1] - values[0]
-    for previous, current in zip(values, values[1:], strict=False):
+    for previous, current in pairwise(values):
         if current < previous:
             delta += previous
     return delta

@@ -1,0 +1,92 @@
+"""Snapshots -> numbers, on pages whose expected PromQL results are computed by hand."""
+
+import math
+
+import pytest
+
+from monitor.promtext import parse
+from monitor.service.derive import Objectives, Window, fleet_rates, stats_from_rates, window_rates
+from monitor.service.engines import VLLM_V0, VLLM_V1
+from monitor.service.extract import extract
+
+MODEL = "m"
+
+
+def page(ttft: dict[str, float], success: float, engine: str = "0", gen: float = 0.0) -> str:
+    labels = f'engine="{engine}",model_name="{MODEL}"'
+    lines = [f"vllm:kv_cache_usage_perc{{{labels}}} 0.5"]
+    for le, count in ttft.items():
+        lines.append(f'vllm:time_to_first_token_seconds_bucket{{{labels},le="{le}"}} {count}')
+    lines.append(f'vllm:request_success_total{{{labels},finished_reason="stop"}} {success}')
+    lines.append(f"vllm:generation_tokens_total{{{labels}}} {gen}")
+    return "\n".join(lines) + "\n"
+
+
+def snap(text: str, ts: float):  # type: ignore[no-untyped-def]
+    return extract(parse(text, VLLM_V1.wanted), VLLM_V1, ts, "unknown")
+
+
+def test_quantile_over_window_uses_bucket_increases() -> None:
+    start = {"0.1": 100, "0.2": 100, "1": 100, "+Inf": 100}
+    end = {"0.1": 150, "0.2": 170, "1": 210, "+Inf": 220}  # increases: 50, 70, 110, 120
+    history = [snap(page(start, 100), 0.0), snap(page(end, 220), 60.0)]
+    rates = window_rates(history, 60.0, Window("1m", 60))[MODEL]
+    stats = stats_from_rates(rates, Objectives())
+    assert stats.quantiles["ttft"][0.5] == pytest.approx(0.15)
+    assert stats.requests_per_second == pytest.approx(2.0)
+    assert stats.slo_attainment["ttft"] == pytest.approx(70 / 120)
+
+
+def test_two_engines_rate_per_series_then_sum() -> None:
+    # Engine 1 restarts (its counter drops): only its own series is reset-corrected.
+    a = [snap(page({"+Inf": 0}, 100, "0") + page({"+Inf": 0}, 50, "1"), 0.0),
+         snap(page({"+Inf": 0}, 130, "0") + page({"+Inf": 0}, 5, "1"), 30.0),
+         snap(page({"+Inf": 0}, 160, "0") + page({"+Inf": 0}, 35, "1"), 60.0)]
+    rates = window_rates(a, 60.0, Window("1m", 60))[MODEL]
+    assert rates.counters["requests"] == pytest.approx((60 + 35) / 60)
+
+
+def test_fleet_uses_shared_bucket_bounds() -> None:
+    fine = {"0.1": 0, "0.2": 0, "0.5": 0, "1": 0, "+Inf": 0}
+    fine_end = {"0.1": 10, "0.2": 20, "0.5": 30, "1": 40, "+Inf": 40}
+    coarse = {"0.2": 0, "1": 0, "+Inf": 0}
+    coarse_end = {"0.2": 40, "1": 40, "+Inf": 40}
+    target_a = window_rates([snap(page(fine, 0), 0), snap(page(fine_end, 40), 60)], 60, Window("1m", 60))
+    target_b = window_rates([snap(page(coarse, 0), 0), snap(page(coarse_end, 40), 60)], 60, Window("1m", 60))
+    fleet = fleet_rates([target_a, target_b])[MODEL]
+    assert sorted(fleet.buckets["ttft"]) == [0.2, 1.0, math.inf]
+    per_s = 1 / 60
+    assert fleet.buckets["ttft"][0.2] == pytest.approx((20 + 40) * per_s)
+    assert fleet.counters["requests"] == pytest.approx(80 * per_s)
+    # Fleet median: 40 of 80 below 0.2... rank 40 -> 0.2 * (40/60)
+    assert stats_from_rates(fleet, Objectives()).quantiles["ttft"][0.5] == pytest.approx(0.2 * 40 / 60)
+
+
+def test_no_observations_export_nothing() -> None:
+    flat = {"0.1": 5, "+Inf": 5}
+    history = [snap(page(flat, 5), 0.0), snap(page(flat, 5), 30.0)]
+    stats = stats_from_rates(window_rates(history, 30.0, Window("30s", 30))[MODEL], Objectives())
+    assert "ttft" not in stats.quantiles
+    assert stats.requests_per_second == 0.0
+    assert stats.error_ratio is None  # no finished requests: no ratio, not 0
+
+
+def test_baseline_ratio() -> None:
+    history = [snap(page({"+Inf": 0}, 0, gen=g), t) for t, g in [(0, 0), (60, 6000), (120, 12000), (180, 15000)]]
+    baseline = history
+    rates = window_rates(history, 180, Window("1m", 60), baseline, 120)[MODEL]
+    stats = stats_from_rates(rates, Objectives())
+    assert stats.generation_tokens_per_second == pytest.approx(50.0)
+    assert stats.throughput_baseline_ratio == pytest.approx(0.5)
+
+
+def test_gauges_pid_copies_count_once() -> None:
+    text = (
+        'vllm:gpu_cache_usage_perc{model_name="m",pid="11"} 0.7\n'
+        'vllm:gpu_cache_usage_perc{model_name="m",pid="12"} 0.7\n'
+        'vllm:num_requests_running{model_name="m",pid="11"} 4\n'
+        'vllm:num_requests_running{model_name="m",pid="12"} 4\n'
+    )
+    snapshot = extract(parse(text, VLLM_V0.wanted), VLLM_V0, 0.0, "unknown")
+    assert snapshot.gauges["running"] == {"m": 4.0}
+    assert snapshot.gauges["kv_cache"] == {"m": 0.7}

@@ -1,0 +1,68 @@
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from monitor.promtext import PageError, Parser, parse
+from tests.conftest import FIXTURES
+
+
+def test_fixture_page_matches_prometheus_client_parser() -> None:
+    text = (FIXTURES / "sample_vllm_v1.prom").read_text()
+    ours = parse(text)
+    reference: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:
+            reference.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    assert ours.samples == reference
+    assert ours.types["vllm:time_to_first_token_seconds"] == "histogram"
+
+
+def test_wanted_filters_and_cache_reuse() -> None:
+    text = 'a{x="1"} 1\nb{x="1"} 2\na{x="2"} 3\n'
+    parser = Parser()
+    page = parser.parse(text, wanted={"a"})
+    assert set(page.samples) == {"a"}
+    again = parser.parse(text.replace(" 3", " 4"), wanted={"a"})
+    assert again.samples["a"][(("x", "2"),)] == 4
+
+
+def test_escapes_label_order_spaces_and_timestamps() -> None:
+    text = 'm{b="2", a="q\\"uo\\\\te}\\n"} 1.5 1712345678000\nm{a="z",b="}"} -Inf\n'
+    page = parse(text)
+    series = page.samples["m"]
+    assert series[(("a", 'q"uo\\te}\n'), ("b", "2"))] == 1.5
+    assert series[(("a", "z"), ("b", "}"))] == float("-inf")
+
+
+def test_duplicates_counted_first_wins() -> None:
+    page = parse('m{a="1"} 1\nm{a="1"} 2\n')
+    assert page.duplicates == 1
+    assert page.samples["m"][(("a", "1"),)] == 1
+
+
+def test_openmetrics_eof_and_exemplars() -> None:
+    text = (
+        "# TYPE r counter\nr_total{a=\"1\"} 3.0\n"
+        'h_bucket{le="0.1"} 2 # {trace_id="abc"} 0.05 1.0\n# EOF\n'
+    )
+    page = parse(text, openmetrics=True)
+    assert page.samples["r_total"][(("a", "1"),)] == 3.0
+    assert page.samples["h_bucket"][(("le", "0.1"),)] == 2.0
+    with pytest.raises(PageError, match="EOF"):
+        parse(text.replace("# EOF\n", ""), openmetrics=True)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "<html><body>Not found</body></html>",
+        'm{a="1" 1\n',
+        'm{a=1} 1\n',
+        "m\n",
+        "m abc\n",
+        "9bad 1\n",
+        'm{a="1",a="2"} 1\n',
+    ],
+)
+def test_malformed_pages_fail_whole(bad: str) -> None:
+    with pytest.raises(PageError):
+        parse(bad)
