@@ -12,7 +12,7 @@ previous scrape (the same bytes, every 15 s) is looked up instead of parsed agai
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 
 Labels = tuple[tuple[str, str], ...]
@@ -22,6 +22,7 @@ _LABEL_PAIR = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\\n]|\\.)*
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 _CACHE_LIMIT = 200_000
+_FAMILY_SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created", "_info")
 
 
 class PageError(ValueError):
@@ -46,6 +47,7 @@ class Parser:
 
     def __init__(self) -> None:
         self._labels_cache: dict[str, Labels] = {}
+        self._families_cache: dict[int, tuple[Collection[str], frozenset[str]]] = {}
 
     def parse(
         self, text: str, wanted: Collection[str] | None = None, openmetrics: bool = False
@@ -56,11 +58,63 @@ class Parser:
         if stripped.startswith("<"):
             raise PageError("not Prometheus text: the body looks like HTML")
         page = Page(openmetrics=openmetrics or _ends_with_eof(text))
+        if text and not page.openmetrics and not text.endswith("\n"):
+            # The format ends every line, the last one too, with a line feed: a page cut off
+            # mid-line ("...} 12" of "...} 123") is detectable only this way.
+            raise PageError("truncated: the last line does not end with a line feed")
         saw_eof = False
-        for number, line in enumerate(text.split("\n"), start=1):
+        for start, end in self._spans(text, wanted, page):
+            saw_eof = self._lines(text, start, end, page, wanted, saw_eof)
+        if page.openmetrics and not saw_eof:
+            raise PageError("OpenMetrics page without '# EOF': truncated")
+        return page
+
+    def _spans(self, text: str, wanted: Collection[str] | None, page: Page) -> Iterator[tuple[int, int]]:
+        """The parts of the page worth reading: whole families nobody wants are skipped.
+
+        A family's block runs from its `# TYPE` line to the next one. It is skipped only when
+        every line in it is a comment or starts with the family's name, so an untyped sample
+        of a wanted family hiding in another family's block is still read.
+        """
+        if wanted is None:
+            yield 0, len(text)
+            return
+        families = self._wanted_families(wanted)
+        pending = 0
+        block = 0 if text.startswith("# TYPE ") else _next_type_line(text, 0)
+        while block >= 0:
+            line_end = text.find("\n", block)
+            line_end = len(text) if line_end < 0 else line_end
+            family = text[block + 7 : line_end].split(" ", 1)[0]
+            following = _next_type_line(text, line_end)
+            block_end = len(text) if following < 0 else following
+            if family not in families and _only_family_lines(text, line_end + 1, block_end, family):
+                yield pending, block
+                Parser._comment(text[block:line_end], page)
+                pending = block_end
+            block = following
+        yield pending, len(text)
+
+    def _wanted_families(self, wanted: Collection[str]) -> frozenset[str]:
+        key = id(wanted)
+        cached = self._families_cache.get(key)
+        if cached is None or cached[0] is not wanted:
+            names = set(wanted)
+            for name in wanted:
+                for suffix in _FAMILY_SUFFIXES:
+                    if name.endswith(suffix):
+                        names.add(name.removesuffix(suffix))
+            cached = (wanted, frozenset(names))
+            self._families_cache[key] = cached
+        return cached[1]
+
+    def _lines(
+        self, text: str, start: int, end: int, page: Page, wanted: Collection[str] | None, saw_eof: bool
+    ) -> bool:
+        for index, line in enumerate(text[start:end].split("\n")):
             if saw_eof:
                 if line.strip():
-                    raise PageError(f"line {number}: content after '# EOF'")
+                    raise PageError(f"line {_line_number(text, start, index)}: content after '# EOF'")
                 continue
             if not line or line.isspace():
                 continue
@@ -70,10 +124,8 @@ class Parser:
             try:
                 self._sample(line, page, wanted)
             except (ValueError, IndexError) as exc:
-                raise PageError(f"line {number}: {exc}: {_snippet(line)}") from None
-        if page.openmetrics and not saw_eof:
-            raise PageError("OpenMetrics page without '# EOF': truncated")
-        return page
+                raise PageError(f"line {_line_number(text, start, index)}: {exc}: {_snippet(line)}") from None
+        return saw_eof
 
     @staticmethod
     def _comment(line: str, page: Page) -> bool:
@@ -159,6 +211,24 @@ def _unescape(value: str) -> str:
     if "\\" not in value:
         return value
     return re.sub(r"\\[\\\"n]", lambda m: _ESCAPES[m.group(0)], value)
+
+
+def _next_type_line(text: str, position: int) -> int:
+    found = text.find("\n# TYPE ", position)
+    return found + 1 if found >= 0 else -1
+
+
+def _only_family_lines(text: str, start: int, end: int, family: str) -> bool:
+    # Count, without splitting, the lines of text[start:end] that start with the family's
+    # name, with '#', or are empty; the block can be skipped when that is all of them.
+    lines = text.count("\n", start, end) + (0 if text.endswith("\n", start, end) or start >= end else 1)
+    body = "\n" + text[start:end]
+    accounted = body.count("\n" + family) + body.count("\n#") + body.count("\n\n")
+    return accounted >= lines
+
+
+def _line_number(text: str, start: int, index: int) -> int:
+    return text.count("\n", 0, start) + index + 1
 
 
 def _ends_with_eof(text: str) -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -30,6 +29,7 @@ from monitor.service.derive import (
 from monitor.service.engines import EngineSpec, detect
 from monitor.service.extract import Snapshot, extract
 from monitor.service.scrape import ScrapeError, fetch_page
+from monitor.service.series import SeriesStore
 
 log = logging.getLogger("monitor.service")
 COLLECTOR = "service"
@@ -39,8 +39,9 @@ COLLECTOR = "service"
 class TargetState:
     target: Target
     parser: Parser = field(default_factory=Parser)
-    history: deque[Snapshot] = field(default_factory=deque)
-    baseline: deque[Snapshot] = field(default_factory=deque)  # generation tokens only
+    store: SeriesStore = field(default_factory=lambda: SeriesStore(0.0))
+    baseline: SeriesStore = field(default_factory=lambda: SeriesStore(0.0))  # generation tokens only
+    latest: Snapshot | None = None
     engine: EngineSpec | None = None
     up: bool = False
     last_scrape: float | None = None
@@ -83,8 +84,17 @@ class ServiceCollector:
         self.wall = wall
         self.windows = [Window(w.text, w.seconds) for w in settings.windows]
         self.objectives = Objectives(settings.slo.ttft.seconds, settings.slo.tpot.seconds)
-        self.targets = {t.name: TargetState(t) for t in settings.targets}
+        self.targets = {t.name: self._new_state(t) for t in settings.targets}
         self.view = ServiceView(ts=wall(), windows=self.windows, objectives=self.objectives)
+
+    def _new_state(self, target: Target) -> TargetState:
+        interval = self.settings.scrape_interval.seconds
+        longest = max(w.seconds for w in self.windows)
+        return TargetState(
+            target,
+            store=SeriesStore(longest + interval),
+            baseline=SeriesStore(longest + self.settings.baseline_window.seconds + interval),
+        )
 
     async def collect(self) -> ServiceView:
         await asyncio.gather(*(self._scrape(state) for state in self.targets.values()))
@@ -119,7 +129,7 @@ class ServiceCollector:
             raise PageError("no known serving-engine metrics on the page (vLLM, SGLang, TGI)")
         if spec is not state.engine:
             # Another engine or generation: old snapshots use other names, start afresh.
-            state.history.clear()
+            state.store.clear()
             state.baseline.clear()
             state.engine = spec
         page = state.parser.parse(text, spec.wanted, openmetrics)
@@ -132,16 +142,10 @@ class ServiceCollector:
         self._remember(state, snap)
 
     def _remember(self, state: TargetState, snap: Snapshot) -> None:
-        interval = self.settings.scrape_interval.seconds
-        longest = max(w.seconds for w in self.windows)
-        state.history.append(snap)
-        while state.history and state.history[0].ts < snap.ts - longest - interval:
-            state.history.popleft()
-        generation = snap.counters.get("generation_tokens")
-        state.baseline.append(Snapshot(ts=snap.ts, counters={"generation_tokens": generation or {}}))
-        horizon = longest + self.settings.baseline_window.seconds + interval
-        while state.baseline and state.baseline[0].ts < snap.ts - horizon:
-            state.baseline.popleft()
+        state.latest = snap
+        state.store.append(snap)
+        generation = snap.counters.get("generation_tokens") or {}
+        state.baseline.append(Snapshot(ts=snap.ts, counters={"generation_tokens": generation}))
 
     def derive(self, now: float) -> ServiceView:
         view = ServiceView(ts=now, windows=self.windows, objectives=self.objectives)
@@ -154,12 +158,12 @@ class ServiceCollector:
                 generation=state.engine.generation if state.engine else None,
             )
             view.targets[name] = target_view
-            if not state.up or not state.history:
+            if not state.up or state.latest is None:
                 continue  # a down target's series disappear
-            target_view.gauges = state.history[-1].gauges
+            target_view.gauges = state.latest.gauges
             for window in self.windows:
                 rates = window_rates(
-                    state.history, now, window, state.baseline, self.settings.baseline_window.seconds
+                    state.store, now, window, state.baseline, self.settings.baseline_window.seconds
                 )
                 per_window[window.label].append(rates)
                 for model, model_rates in rates.items():
@@ -186,7 +190,7 @@ class ServiceCollector:
                 "page_bytes": state.page_bytes,
                 "duplicate_series": state.duplicates,
                 "non_finite_samples": state.non_finite,
-                "models": sorted(state.history[-1].models()) if state.history and state.up else [],
+                "models": sorted(state.latest.models()) if state.latest and state.up else [],
             })
         return rows
 

@@ -15,17 +15,11 @@ the bucket bounds every target has (summing pages with different bounds would be
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from monitor.promtext import Labels
-from monitor.service.extract import Snapshot
-from monitor.service.promql import (
-    Point,
-    extrapolated_rate,
-    fraction_at_or_below,
-    histogram_quantile,
-)
+from monitor.service.promql import fraction_at_or_below, histogram_quantile
+from monitor.service.series import SeriesStore
 
 QUANTILES = (0.5, 0.95, 0.99)
 RATE_METRICS = ("requests", "errors", "prompt_tokens", "generation_tokens", "preemptions")
@@ -70,33 +64,35 @@ class WindowStats:
 
 
 def window_rates(
-    history: Sequence[Snapshot],
+    store: SeriesStore,
     end: float,
     window: Window,
-    baseline: Sequence[Snapshot] = (),
+    baseline: SeriesStore | None = None,
     baseline_seconds: float = 0.0,
 ) -> dict[str, Rates]:
     """Per-model rates of one target over [end - window, end] (Prometheus 2.x: both ends closed).
 
-    `baseline` holds older, thinned snapshots (generation tokens only) for the trailing
-    throughput baseline over the `baseline_seconds` before the window.
+    `baseline` holds the generation-token counters for longer, for the trailing throughput
+    baseline over the `baseline_seconds` before the window.
     """
     start = end - window.seconds
-    inside = [s for s in history if start <= s.ts <= end]
     per_model: dict[str, Rates] = {}
-    for metric, by_model in _counter_points(inside).items():
-        for model, series in by_model.items():
-            total = _sum_rates(series.values(), start, end)
-            if total is not None:
-                per_model.setdefault(model, Rates()).counters[metric] = total
-    for metric, by_model_le in _bucket_points(inside).items():
-        for model, bucket_series in by_model_le.items():
-            le_rates = _sum_rates_by_le(bucket_series, start, end)
-            if le_rates:
-                per_model.setdefault(model, Rates()).buckets[metric] = le_rates
-    _attach_http(per_model, inside, start, end)
-    if baseline_seconds > 0:
-        _attach_baseline(per_model, baseline, start, baseline_seconds)
+    http: dict[str, float] = {}
+    for (kind, metric, model, le), rate in store.rates(start, end).items():
+        if kind == "http":
+            http[metric] = rate
+        elif kind == "bucket" and le is not None:
+            per_model.setdefault(model, Rates()).buckets.setdefault(metric, {})[le] = rate
+        else:
+            per_model.setdefault(model, Rates()).counters[metric] = rate
+    # HTTP counters carry no model label: they are attributed only to a single-model target.
+    if len(per_model) == 1 and "all" in http:
+        (rates,) = per_model.values()
+        rates.http_all, rates.http_errors = http["all"], http.get("errors", 0.0)
+    if baseline is not None and baseline_seconds > 0:
+        for (_, metric, model, _), rate in baseline.rates(start - baseline_seconds, start).items():
+            if metric == "generation_tokens" and model in per_model:
+                per_model[model].baseline_generation = rate
     return per_model
 
 
@@ -166,70 +162,3 @@ def _add(a: float | None, b: float | None) -> float | None:
     if a is None:
         return b
     return a if b is None else a + b
-
-
-def _counter_points(inside: Sequence[Snapshot]) -> dict[str, dict[str, dict[Labels, list[Point]]]]:
-    points: dict[str, dict[str, dict[Labels, list[Point]]]] = {}
-    for snap in inside:
-        for metric, by_model in snap.counters.items():
-            metric_points = points.setdefault(metric, {})
-            for model, series in by_model.items():
-                model_points = metric_points.setdefault(model, {})
-                for labels, value in series.items():
-                    model_points.setdefault(labels, []).append((snap.ts, value))
-    return points
-
-
-def _bucket_points(inside: Sequence[Snapshot]) -> dict[str, dict[str, dict[tuple[Labels, float], list[Point]]]]:
-    points: dict[str, dict[str, dict[tuple[Labels, float], list[Point]]]] = {}
-    for snap in inside:
-        for metric, by_model in snap.buckets.items():
-            metric_points = points.setdefault(metric, {})
-            for model, series in by_model.items():
-                model_points = metric_points.setdefault(model, {})
-                for key, value in series.items():
-                    model_points.setdefault(key, []).append((snap.ts, value))
-    return points
-
-
-def _sum_rates(series: Iterable[list[Point]], start: float, end: float) -> float | None:
-    total: float | None = None
-    for points in series:
-        rate = extrapolated_rate(points, start, end)
-        if rate is not None:
-            total = rate if total is None else total + rate
-    return total
-
-
-def _sum_rates_by_le(series: dict[tuple[Labels, float], list[Point]], start: float, end: float) -> LeRates:
-    by_le: LeRates = {}
-    for (_, le), points in series.items():
-        rate = extrapolated_rate(points, start, end)
-        if rate is not None:
-            by_le[le] = by_le.get(le, 0.0) + rate
-    return by_le
-
-
-def _attach_http(per_model: dict[str, Rates], inside: Sequence[Snapshot], start: float, end: float) -> None:
-    # HTTP counters carry no model label: they are attributed only to a single-model target.
-    if len(per_model) != 1:
-        return
-    (rates,) = per_model.values()
-    for kind in ("all", "errors"):
-        series: dict[Labels, list[Point]] = {}
-        for snap in inside:
-            for labels, value in snap.http.get(kind, {}).items():
-                series.setdefault(labels, []).append((snap.ts, value))
-        if kind == "all":
-            rates.http_all = _sum_rates(series.values(), start, end)
-        elif rates.http_all is not None:
-            rates.http_errors = _sum_rates(series.values(), start, end) or 0.0
-
-
-def _attach_baseline(per_model: dict[str, Rates], history: Sequence[Snapshot], end: float, seconds: float) -> None:
-    start = end - seconds
-    before = [s for s in history if start <= s.ts <= end]
-    by_model = _counter_points(before).get("generation_tokens", {})
-    for model, series in by_model.items():
-        if model in per_model:
-            per_model[model].baseline_generation = _sum_rates(series.values(), start, end)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from monitor.promtext import Labels, Page
 from monitor.service.engines import HTTP_API_PREFIX, HTTP_SAMPLES, EngineSpec
@@ -92,13 +93,19 @@ def _buckets(series: dict[Labels, float], model_of: ModelOf, snap: Snapshot) -> 
         if not math.isfinite(value):
             snap.non_finite += 1
             continue
-        le_text = next((v for k, v in labels if k == "le"), None)
-        if le_text is None:
-            continue
-        le = float(le_text)
-        rest = tuple(pair for pair in labels if pair[0] != "le")
-        per_model.setdefault(model_of(labels), {})[(rest, le)] = value
+        identity = _split_le(labels)
+        if identity is not None:
+            per_model.setdefault(model_of(labels), {})[identity] = value
     return per_model
+
+
+@lru_cache(maxsize=65536)
+def _split_le(labels: Labels) -> BucketKey | None:
+    # The same label tuples come back every scrape (the parser caches them): split them once.
+    le_text = next((v for k, v in labels if k == "le"), None)
+    if le_text is None:
+        return None
+    return tuple(pair for pair in labels if pair[0] != "le"), float(le_text)
 
 
 def _combine_gauge(

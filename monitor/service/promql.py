@@ -25,33 +25,36 @@ def reset_corrected_delta(values: Sequence[float]) -> float:
 
 
 def extrapolated_increase(points: Sequence[Point], range_start: float, range_end: float) -> float | None:
-    """Prometheus `increase(x[range])` evaluated at `range_end` over the points inside the range.
-
-    Needs two points. The increase between the first and last point is extrapolated towards
-    the range edges, but by at most half an average sample interval when the series starts or
-    ends well inside the range, and never below a counter value of zero.
-    """
+    """Prometheus `increase(x[range])` evaluated at `range_end` over the points inside the range."""
     if len(points) < 2:
         return None
-    first_t, first_v = points[0]
-    last_t, _ = points[-1]
-    result = reset_corrected_delta([v for _, v in points])
+    delta = reset_corrected_delta([v for _, v in points])
+    return extrapolate(delta, points[0][0], points[-1][0], points[0][1], len(points), range_start, range_end)
+
+
+def extrapolate(
+    delta: float, first_t: float, last_t: float, first_v: float, count: int, range_start: float, range_end: float
+) -> float | None:
+    """Stretch the reset-corrected `delta` between the first and last of `count` samples to the range.
+
+    The increase is extrapolated towards the range edges, but by at most half an average sample
+    interval when the series starts or ends well inside the range, and never to before the
+    counter was zero (promql/functions.go, extrapolatedRate).
+    """
     sampled = last_t - first_t
-    if sampled <= 0:
+    if count < 2 or sampled <= 0:
         return None
     to_start = first_t - range_start
     to_end = range_end - last_t
-    average_step = sampled / (len(points) - 1)
+    average_step = sampled / (count - 1)
     threshold = average_step * 1.1
     if to_start >= threshold:
         to_start = average_step / 2
-    if result > 0 and first_v >= 0:
-        # A counter cannot have been below zero: do not extrapolate past the point where it was 0.
-        to_zero = sampled * (first_v / result)
-        to_start = min(to_start, to_zero)
+    if delta > 0 and first_v >= 0:
+        to_start = min(to_start, sampled * (first_v / delta))
     if to_end >= threshold:
         to_end = average_step / 2
-    return result * (sampled + to_start + to_end) / sampled
+    return delta * (sampled + to_start + to_end) / sampled
 
 
 def extrapolated_rate(points: Sequence[Point], range_start: float, range_end: float) -> float | None:

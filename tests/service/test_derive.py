@@ -7,7 +7,8 @@ import pytest
 from monitor.promtext import parse
 from monitor.service.derive import Objectives, Window, fleet_rates, stats_from_rates, window_rates
 from monitor.service.engines import VLLM_V0, VLLM_V1
-from monitor.service.extract import extract
+from monitor.service.extract import Snapshot, extract
+from monitor.service.series import SeriesStore
 
 MODEL = "m"
 
@@ -22,15 +23,22 @@ def page(ttft: dict[str, float], success: float, engine: str = "0", gen: float =
     return "\n".join(lines) + "\n"
 
 
-def snap(text: str, ts: float):  # type: ignore[no-untyped-def]
+def snap(text: str, ts: float) -> Snapshot:
     return extract(parse(text, VLLM_V1.wanted), VLLM_V1, ts, "unknown")
+
+
+def store(snapshots: list[Snapshot]) -> SeriesStore:
+    series = SeriesStore(3600)
+    for snapshot in snapshots:
+        series.append(snapshot)
+    return series
 
 
 def test_quantile_over_window_uses_bucket_increases() -> None:
     start = {"0.1": 100, "0.2": 100, "1": 100, "+Inf": 100}
     end = {"0.1": 150, "0.2": 170, "1": 210, "+Inf": 220}  # increases: 50, 70, 110, 120
     history = [snap(page(start, 100), 0.0), snap(page(end, 220), 60.0)]
-    rates = window_rates(history, 60.0, Window("1m", 60))[MODEL]
+    rates = window_rates(store(history), 60.0, Window("1m", 60))[MODEL]
     stats = stats_from_rates(rates, Objectives())
     assert stats.quantiles["ttft"][0.5] == pytest.approx(0.15)
     assert stats.requests_per_second == pytest.approx(2.0)
@@ -42,7 +50,7 @@ def test_two_engines_rate_per_series_then_sum() -> None:
     a = [snap(page({"+Inf": 0}, 100, "0") + page({"+Inf": 0}, 50, "1"), 0.0),
          snap(page({"+Inf": 0}, 130, "0") + page({"+Inf": 0}, 5, "1"), 30.0),
          snap(page({"+Inf": 0}, 160, "0") + page({"+Inf": 0}, 35, "1"), 60.0)]
-    rates = window_rates(a, 60.0, Window("1m", 60))[MODEL]
+    rates = window_rates(store(a), 60.0, Window("1m", 60))[MODEL]
     assert rates.counters["requests"] == pytest.approx((60 + 35) / 60)
 
 
@@ -51,8 +59,8 @@ def test_fleet_uses_shared_bucket_bounds() -> None:
     fine_end = {"0.1": 10, "0.2": 20, "0.5": 30, "1": 40, "+Inf": 40}
     coarse = {"0.2": 0, "1": 0, "+Inf": 0}
     coarse_end = {"0.2": 40, "1": 40, "+Inf": 40}
-    target_a = window_rates([snap(page(fine, 0), 0), snap(page(fine_end, 40), 60)], 60, Window("1m", 60))
-    target_b = window_rates([snap(page(coarse, 0), 0), snap(page(coarse_end, 40), 60)], 60, Window("1m", 60))
+    target_a = window_rates(store([snap(page(fine, 0), 0), snap(page(fine_end, 40), 60)]), 60, Window("1m", 60))
+    target_b = window_rates(store([snap(page(coarse, 0), 0), snap(page(coarse_end, 40), 60)]), 60, Window("1m", 60))
     fleet = fleet_rates([target_a, target_b])[MODEL]
     assert sorted(fleet.buckets["ttft"]) == [0.2, 1.0, math.inf]
     per_s = 1 / 60
@@ -65,7 +73,7 @@ def test_fleet_uses_shared_bucket_bounds() -> None:
 def test_no_observations_export_nothing() -> None:
     flat = {"0.1": 5, "+Inf": 5}
     history = [snap(page(flat, 5), 0.0), snap(page(flat, 5), 30.0)]
-    stats = stats_from_rates(window_rates(history, 30.0, Window("30s", 30))[MODEL], Objectives())
+    stats = stats_from_rates(window_rates(store(history), 30.0, Window("30s", 30))[MODEL], Objectives())
     assert "ttft" not in stats.quantiles
     assert stats.requests_per_second == 0.0
     assert stats.error_ratio is None  # no finished requests: no ratio, not 0
@@ -73,8 +81,7 @@ def test_no_observations_export_nothing() -> None:
 
 def test_baseline_ratio() -> None:
     history = [snap(page({"+Inf": 0}, 0, gen=g), t) for t, g in [(0, 0), (60, 6000), (120, 12000), (180, 15000)]]
-    baseline = history
-    rates = window_rates(history, 180, Window("1m", 60), baseline, 120)[MODEL]
+    rates = window_rates(store(history), 180, Window("1m", 60), store(history), 120)[MODEL]
     stats = stats_from_rates(rates, Objectives())
     assert stats.generation_tokens_per_second == pytest.approx(50.0)
     assert stats.throughput_baseline_ratio == pytest.approx(0.5)
@@ -90,3 +97,26 @@ def test_gauges_pid_copies_count_once() -> None:
     snapshot = extract(parse(text, VLLM_V0.wanted), VLLM_V0, 0.0, "unknown")
     assert snapshot.gauges["running"] == {"m": 4.0}
     assert snapshot.gauges["kv_cache"] == {"m": 0.7}
+
+
+def test_series_missing_from_a_scrape_and_late_series() -> None:
+    # Engine 1 appears at the second scrape; engine 0 is missing from the third.
+    snaps = [
+        snap(page({"+Inf": 0}, 10, "0"), 0.0),
+        snap(page({"+Inf": 0}, 20, "0") + page({"+Inf": 0}, 0, "1"), 15.0),
+        snap(page({"+Inf": 0}, 6, "1"), 30.0),
+        snap(page({"+Inf": 0}, 40, "0") + page({"+Inf": 0}, 12, "1"), 45.0),
+    ]
+    rates = window_rates(store(snaps), 45.0, Window("45s", 45))[MODEL]
+    # engine 0: points (0,10) (15,20) (45,40): increase 30 over 45 s, starts at the window edge.
+    # engine 1: points (15,0) (30,6) (45,12): 12 over 30 s, a counter from 0 is not extrapolated back.
+    assert rates.counters["requests"] == pytest.approx((30 + 12) / 45)
+
+
+def test_store_trims_old_columns() -> None:
+    series = SeriesStore(retention_seconds=60)
+    for i in range(100):
+        series.append(snap(page({"+Inf": i}, i), float(i)))
+    assert len(series.times) < 60 + 17
+    rates = window_rates(series, 99.0, Window("1m", 60))[MODEL]
+    assert rates.counters["requests"] == pytest.approx(1.0)

@@ -66,3 +66,18 @@ def test_openmetrics_eof_and_exemplars() -> None:
 def test_malformed_pages_fail_whole(bad: str) -> None:
     with pytest.raises(PageError):
         parse(bad)
+
+
+def test_skipping_unwanted_families_loses_nothing_wanted() -> None:
+    text = (FIXTURES / "sample_vllm_v1.prom").read_text()
+    wanted = {"vllm:time_to_first_token_seconds_bucket", "vllm:request_success_total", "http_requests_total"}
+    full = parse(text)
+    assert parse(text, wanted).samples == {name: full.samples[name] for name in wanted}
+    # An untyped wanted sample placed inside another family's block is still read.
+    hidden = "# TYPE other gauge\nother 1\nwanted_one 5\n# TYPE more gauge\nmore 2\n"
+    assert parse(hidden, {"wanted_one"}).samples == {"wanted_one": {(): 5.0}}
+
+
+def test_truncated_page_without_final_line_feed() -> None:
+    with pytest.raises(PageError, match="truncated"):
+        parse('m{a="1"} 1\nm{a="2"} 12')

@@ -1,0 +1,93 @@
+"""The real Prometheus, started on loopback for benchmarks and integration tests."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PrometheusServer:
+    """`prometheus` with a generated config scraping `jobs` ({job: [host:port/path urls]})."""
+
+    def __init__(self, jobs: dict[str, list[str]], interval: str = "1s", binary: str | None = None) -> None:
+        self.binary = binary or shutil.which("prometheus") or "prometheus"
+        self.jobs = jobs
+        self.interval = interval
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="infermon-prom-"))
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _config(self) -> dict[str, Any]:
+        scrape_configs = []
+        for job, urls in self.jobs.items():
+            paths = {httpx.URL(u).path for u in urls}
+            scrape_configs.append({
+                "job_name": job,
+                "scrape_interval": self.interval,
+                "scrape_timeout": self.interval,
+                "metrics_path": paths.pop(),
+                "static_configs": [{"targets": [f"{httpx.URL(u).host}:{httpx.URL(u).port}" for u in urls]}],
+            })
+        return {"global": {"scrape_interval": self.interval}, "scrape_configs": scrape_configs}
+
+    def start(self) -> PrometheusServer:
+        config = self.dir / "prometheus.yml"
+        config.write_text(yaml.safe_dump(self._config()))
+        log = (self.dir / "prometheus.log").open("wb")
+        self.process = subprocess.Popen(
+            [self.binary, f"--config.file={config}", f"--storage.tsdb.path={self.dir / 'data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"prometheus did not become ready; log: {(self.dir / 'prometheus.log').read_text()[-2000:]}")
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        params: dict[str, str] = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        response = httpx.get(f"{self.url}/api/v1/query", params=params, timeout=10)
+        response.raise_for_status()
+        result: list[dict[str, Any]] = response.json()["data"]["result"]
+        return result
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> PrometheusServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
