@@ -162,8 +162,9 @@ class ServiceCollector:
                 continue  # a down target's series disappear
             target_view.gauges = state.latest.gauges
             for window in self.windows:
+                counts_errors = state.engine is not None and "errors" in state.engine.counters
                 rates = window_rates(
-                    state.store, now, window, state.baseline, self.settings.baseline_window.seconds
+                    state.store, now, window, state.baseline, self.settings.baseline_window.seconds, counts_errors
                 )
                 per_window[window.label].append(rates)
                 for model, model_rates in rates.items():

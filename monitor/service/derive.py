@@ -69,6 +69,7 @@ def window_rates(
     window: Window,
     baseline: SeriesStore | None = None,
     baseline_seconds: float = 0.0,
+    counts_errors: bool = True,
 ) -> dict[str, Rates]:
     """Per-model rates of one target over [end - window, end] (Prometheus 2.x: both ends closed).
 
@@ -85,6 +86,11 @@ def window_rates(
             per_model.setdefault(model, Rates()).buckets.setdefault(metric, {})[le] = rate
         else:
             per_model.setdefault(model, Rates()).counters[metric] = rate
+    if counts_errors:
+        # An engine that counts errors creates that child on the first error (TGI): none yet is 0.
+        for rates in per_model.values():
+            if "requests" in rates.counters:
+                rates.counters.setdefault("errors", 0.0)
     # HTTP counters carry no model label: they are attributed only to a single-model target.
     if len(per_model) == 1 and "all" in http:
         (rates,) = per_model.values()
@@ -151,8 +157,9 @@ def _error_ratio(rates: Rates) -> float | None:
     # failures; the ratio is the worse of the two, never their sum.
     ratios = []
     requests = rates.counters.get("requests")
-    if requests:
-        ratios.append(rates.counters.get("errors", 0.0) / requests)
+    errors = rates.counters.get("errors")  # absent when the engine does not count errors
+    if requests and errors is not None:
+        ratios.append(errors / requests)
     if rates.http_all:
         ratios.append((rates.http_errors or 0.0) / rates.http_all)
     return max(ratios) if ratios else None

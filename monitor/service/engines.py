@@ -71,7 +71,7 @@ class EngineSpec:
 
 
 HTTP_SAMPLES = ("http_requests_total",)
-"""prometheus-fastapi-instrumentator's counter (vLLM, SGLang): status="2xx".."5xx", handler."""
+"""prometheus-fastapi-instrumentator's counter (vLLM): status="2xx".."5xx", handler."""
 HTTP_API_PREFIX = "/v1/"
 
 _VLLM_COUNTERS: dict[str, tuple[Selector, ...]] = {
@@ -81,6 +81,9 @@ _VLLM_COUNTERS: dict[str, tuple[Selector, ...]] = {
     "generation_tokens": (Selector("vllm:generation_tokens_total"),),
     "preemptions": (Selector("vllm:num_preemptions_total"),),
 }
+# V0 never finishes a request with reason "error" (only stop/length; aborts are not counted), so
+# it has no engine error count at all: absent, not a count that is always 0.
+_VLLM_V0_COUNTERS = {name: s for name, s in _VLLM_COUNTERS.items() if name != "errors"}
 _VLLM_GAUGES_COMMON = {
     "running": GaugeSpec(("vllm:num_requests_running",)),
     "waiting": GaugeSpec(("vllm:num_requests_waiting",)),
@@ -108,7 +111,12 @@ VLLM_V1 = EngineSpec(
         **_VLLM_GAUGES_COMMON,
         "kv_cache": GaugeSpec(("vllm:kv_cache_usage_perc",), combine="max"),
     },
-    notes="vLLM >= 0.10: labels engine + model_name, counters with _created samples",
+    notes=(
+        "vLLM >= 0.9.2 (kv_cache_usage_perc): labels engine + model_name; one API server: _created "
+        "samples; --api-server-count > 1: multiprocess layout, and 0.11.0 keeps kv_cache_usage_perc "
+        "per pid (one process holds the value, the others 0.0: max them). Finish reason 'error' "
+        "exists only in later releases; --show-hidden-metrics-for-version adds the V0 names too."
+    ),
 )
 
 VLLM_V0 = EngineSpec(
@@ -116,7 +124,7 @@ VLLM_V0 = EngineSpec(
     generation="v0",
     markers=("vllm:gpu_cache_usage_perc",),
     model_label="model_name",
-    counters=_VLLM_COUNTERS,
+    counters=_VLLM_V0_COUNTERS,
     histograms={
         "ttft": ("vllm:time_to_first_token_seconds",),
         # V0's only per-token histogram is the inter-token latency under its old name.
@@ -132,10 +140,100 @@ VLLM_V0 = EngineSpec(
         **_VLLM_GAUGES_COMMON,
         "kv_cache": GaugeSpec(("vllm:gpu_cache_usage_perc",), combine="max"),
     },
-    notes="vLLM V0 and multiprocess (multi-API-server) pages: no engine label, pid on gauges",
+    notes=(
+        "vLLM V0 (0.6.x, vllm/engine/metrics.py): label model_name only; the default multiprocessing "
+        "front end serves a MultiProcessCollector page (no _created, gauges summed, no pid). Early V1 "
+        "(0.8-0.9.1) still named the KV gauge gpu_cache_usage_perc and lands here too (+ engine label)."
+    ),
 )
 
-ENGINES: list[EngineSpec] = [VLLM_V1, VLLM_V0]
+SGLANG = EngineSpec(
+    engine="sglang",
+    generation="v0.4+",
+    # Scheduler gauges appear after the first batch, tokenizer counters after the first finished
+    # request, max_total_num_tokens (newer releases) at start-up.
+    markers=(
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:token_usage",
+        "sglang:num_requests_total",
+        "sglang:max_total_num_tokens",
+    ),
+    model_label="model_name",
+    counters={
+        # Finished, non-aborted requests (aborts go to num_aborted_requests_total, client-side).
+        "requests": (Selector("sglang:num_requests_total"),),
+        "prompt_tokens": (Selector("sglang:prompt_tokens_total"),),
+        "generation_tokens": (Selector("sglang:generation_tokens_total"),),
+        # Retractions are SGLang's preemptions; the counter exists in recent releases only and
+        # appears after the first retraction (the older num_retracted_reqs is a per-interval gauge).
+        "preemptions": (Selector("sglang:num_retracted_requests_total"),),
+    },
+    histograms={
+        "ttft": ("sglang:time_to_first_token_seconds",),
+        # Inter-token latency; older releases call it time_per_output_token_seconds.
+        "tpot": ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+        "e2e": ("sglang:e2e_request_latency_seconds",),
+        "queue": ("sglang:queue_time_seconds",),
+    },
+    gauges={
+        # One series per data-parallel rank (dp_rank): replicas, summed.
+        "running": GaugeSpec(("sglang:num_running_reqs",)),
+        "waiting": GaugeSpec(("sglang:num_queue_reqs",)),
+        # Used/total of the fullest KV pool (full, SWA or mamba), 0-1.
+        "kv_cache": GaugeSpec(("sglang:token_usage",), combine="max"),
+    },
+    notes=(
+        "sgl-project/sglang srt/metrics/collector.py (now srt/observability/metrics_collector.py); "
+        "always prometheus multiprocess mode. Scheduler labels model_name, engine_type, tp_rank, "
+        "pp_rank, moe_ep_rank, dp_rank; only attn_tp_rank 0 reports unless "
+        "--enable-metrics-for-all-schedulers (then TP ranks repeat one batch: sums over-count). "
+        "No engine error counter (PD mode only: num_bootstrap/transfer_failed_reqs_total)."
+    ),
+)
+
+# err values of tgi_request_failure that are the client's doing, rejected before the queue.
+_TGI_REJECTED = (("err", "validation"), ("err", "template"))
+
+TGI = EngineSpec(
+    engine="tgi",
+    generation="v1+",
+    # max_total_tokens is set at start-up (v3 backend); the others after the first request.
+    markers=("tgi_batch_max_total_tokens", "tgi_queue_size", "tgi_batch_current_size", "tgi_request_success"),
+    model_label=None,
+    counters={
+        # tgi_request_count is no request count: OpenAI-API handlers count each request twice
+        # and /tokenize counts too. Finished = succeeded + failed after admission.
+        "requests": (
+            Selector("tgi_request_success"),
+            Selector("tgi_request_failure", exclude=_TGI_REJECTED),
+        ),
+        # generation / incomplete / overloaded; "dropped" is the client going away.
+        "errors": (Selector("tgi_request_failure", exclude=(("err", "dropped"), *_TGI_REJECTED)),),
+        # Histogram sums used as counters: input length is recorded for every validated request,
+        # generated tokens only when a request succeeds.
+        "prompt_tokens": (Selector("tgi_request_input_length_sum"),),
+        "generation_tokens": (Selector("tgi_request_generated_tokens_sum"),),
+    },
+    histograms={
+        # No time-to-first-token histogram exists in TGI.
+        "tpot": ("tgi_request_mean_time_per_token_duration",),
+        "e2e": ("tgi_request_duration",),
+        "queue": ("tgi_request_queue_duration",),
+    },
+    gauges={
+        "running": GaugeSpec(("tgi_batch_current_size",)),
+        "waiting": GaugeSpec(("tgi_queue_size",)),
+    },
+    process_labels=(),
+    notes=(
+        "huggingface/text-generation-inference router/src/server.rs + backends/v3 via the Rust "
+        "metrics-exporter-prometheus: counters without _total, no model label, no KV-cache gauge, "
+        "no preemption counter; counters appear on first increment."
+    ),
+)
+
+ENGINES: list[EngineSpec] = [VLLM_V1, VLLM_V0, SGLANG, TGI]
 
 
 def detect(text: str) -> EngineSpec | None:
