@@ -51,12 +51,12 @@ class PrometheusServer:
     def start(self) -> PrometheusServer:
         config = self.dir / "prometheus.yml"
         config.write_text(yaml.safe_dump(self._config()))
-        log = (self.dir / "prometheus.log").open("wb")
-        self.process = subprocess.Popen(
-            [self.binary, f"--config.file={config}", f"--storage.tsdb.path={self.dir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=log, stderr=subprocess.STDOUT,
-        )
+        with (self.dir / "prometheus.log").open("wb") as log:
+            self.process = subprocess.Popen(
+                [self.binary, f"--config.file={config}", f"--storage.tsdb.path={self.dir / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}"],
+                stdout=log, stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:

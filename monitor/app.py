@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -58,13 +59,18 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
 
 def _add_job(scheduler: AsyncIOScheduler, monitor: Monitor, job: Job) -> None:
     async def run() -> None:
-        await monitor.run_job(job)
+        try:
+            await monitor.run_job(job)
+        except asyncio.CancelledError:
+            # Shutdown cancels a run in flight; that is not a job failure worth a traceback.
+            log.debug("job %s cancelled", job.name)
 
     scheduler.add_job(
         run,
         "interval",
         seconds=job.interval_seconds,
         id=job.name,
+        name=job.name,
         next_run_time=datetime.now(UTC),
         max_instances=1,  # a slow run is skipped over, never stacked
         coalesce=True,

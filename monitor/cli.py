@@ -83,3 +83,7 @@ def check(config: ConfigOption = None) -> None:
 
     if not asyncio.run(probe()):
         raise typer.Exit(1)
+
+
+if __name__ == "__main__":
+    app()

@@ -54,9 +54,7 @@ class Parser:
     ) -> Page:
         if len(self._labels_cache) > _CACHE_LIMIT:
             self._labels_cache.clear()
-        stripped = text.lstrip()
-        if stripped.startswith("<"):
-            raise PageError("not Prometheus text: the body looks like HTML")
+        check_text(text)
         page = Page(openmetrics=openmetrics or _ends_with_eof(text))
         if text and not page.openmetrics and not text.endswith("\n"):
             # The format ends every line, the last one too, with a line feed: a page cut off
@@ -138,6 +136,8 @@ class Parser:
 
     def _sample(self, line: str, page: Page, wanted: Collection[str] | None) -> None:
         brace = line.find("{")
+        if brace > 0 and line.endswith(" # ", 0, brace):
+            brace = -1  # that '{' opens an OpenMetrics exemplar: the sample itself has no labels
         if brace < 0:
             name, _, rest = line.partition(" ")
             if wanted is not None and name not in wanted:
@@ -211,6 +211,12 @@ def _unescape(value: str) -> str:
     if "\\" not in value:
         return value
     return re.sub(r"\\[\\\"n]", lambda m: _ESCAPES[m.group(0)], value)
+
+
+def check_text(text: str) -> None:
+    """Reject what is plainly not an exposition (a login page, an error page) before any parsing."""
+    if text.lstrip()[:1] == "<":
+        raise PageError("not Prometheus text: the body looks like HTML")
 
 
 def _next_type_line(text: str, position: int) -> int:

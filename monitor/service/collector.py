@@ -16,7 +16,7 @@ import httpx
 
 from monitor.config import ServiceSettings, Target
 from monitor.health import HealthBook
-from monitor.promtext import PageError, Parser
+from monitor.promtext import PageError, Parser, check_text
 from monitor.service.derive import (
     Objectives,
     Rates,
@@ -118,12 +118,16 @@ class ServiceCollector:
             except (ScrapeError, PageError) as exc:
                 state.up, state.error = False, str(exc)
                 raise
+            except Exception as exc:  # a bug on some page: down with the reason, never stale "up"
+                state.up, state.error = False, f"{type(exc).__name__}: {exc}"
+                raise
             if not state.up:
                 log.info("target %s is up (%s %s)", name, state.engine.engine if state.engine else "?",
                          state.engine.generation if state.engine else "?")
             state.up, state.error = True, None
 
     def _ingest(self, state: TargetState, text: str, openmetrics: bool, ts: float) -> None:
+        check_text(text)
         spec = detect(text)
         if spec is None:
             raise PageError("no known serving-engine metrics on the page (vLLM, SGLang, TGI)")

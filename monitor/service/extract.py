@@ -47,6 +47,7 @@ class Snapshot:
 def extract(page: Page, spec: EngineSpec, ts: float, default_model: str) -> Snapshot:
     snap = Snapshot(ts=ts)
     model_of = _model_reader(spec, default_model)
+    dropped: set[tuple[str, Labels]] = set()  # a sample two selectors read is one dropped sample
     for metric, selectors in spec.counters.items():
         per_model: dict[str, dict[Labels, float]] = {}
         for selector in selectors:
@@ -54,12 +55,13 @@ def extract(page: Page, spec: EngineSpec, ts: float, default_model: str) -> Snap
                 if not selector.accepts(labels):
                     continue
                 if not math.isfinite(value):
-                    snap.non_finite += 1
+                    dropped.add((selector.sample, labels))
                     continue
                 key = ((selector.sample, ""), *labels)
                 per_model.setdefault(model_of(labels), {})[key] = value
         if per_model:
             snap.counters[metric] = per_model
+    snap.non_finite += len(dropped)
     for metric, candidates in spec.histograms.items():
         base = next((c for c in candidates if f"{c}_bucket" in page.samples), None)
         if base is not None:
@@ -105,7 +107,11 @@ def _split_le(labels: Labels) -> BucketKey | None:
     le_text = next((v for k, v in labels if k == "le"), None)
     if le_text is None:
         return None
-    return tuple(pair for pair in labels if pair[0] != "le"), float(le_text)
+    try:
+        le = float(le_text)
+    except ValueError:
+        return None  # histogram_quantile skips a bucket whose `le` is not a number, so do we
+    return tuple(pair for pair in labels if pair[0] != "le"), le
 
 
 def _combine_gauge(

@@ -8,6 +8,8 @@ large, not text.
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import httpx
@@ -42,7 +44,7 @@ async def fetch_page(client: httpx.AsyncClient, url: str, timeout_s: float, max_
     except httpx.TimeoutException:
         raise ScrapeError(f"timed out after {timeout_s:g}s") from None
     except httpx.ConnectError as exc:
-        raise ScrapeError(f"connection failed: {_reason(exc)}") from None
+        raise ScrapeError(f"connection failed: {_connect_reason(exc)}") from None
     except httpx.HTTPError as exc:
         raise ScrapeError(f"{type(exc).__name__}: {_reason(exc)}") from None
 
@@ -69,7 +71,29 @@ async def _fetch(client: httpx.AsyncClient, url: str, max_bytes: int) -> Fetched
     return FetchedPage(text=text, openmetrics="openmetrics" in content_type, size=size)
 
 
+def _connect_reason(exc: Exception) -> str:
+    # anyio wraps a refused connect as "All connection attempts failed"; the errno says which.
+    for cause in _causes(exc):
+        if isinstance(cause, OSError) and cause.errno and cause.errno > 0:
+            return os.strerror(cause.errno)
+    return _reason(exc)
+
+
 def _reason(exc: Exception) -> str:
-    # httpx messages can contain the URL; keep only the first line, without it.
-    text = str(exc).split("\n", 1)[0]
-    return text[:200] or type(exc).__name__
+    # httpx messages can contain the URL; keep only the first line, without it. Some arrive
+    # empty (a reset read under anyio: ReadError('')): the first cause with a message says why.
+    for cause in _causes(exc):
+        text = str(cause).split("\n", 1)[0]
+        if text:
+            return text[:200]
+    return type(exc).__name__
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """The exception and the ones it wraps, outermost first (bounded: a chain can be cyclic)."""
+    cause: BaseException | None = exc
+    for _ in range(8):
+        if cause is None:
+            return
+        yield cause
+        cause = cause.__cause__ or cause.__context__

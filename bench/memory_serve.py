@@ -1,0 +1,71 @@
+"""Resident memory of `infermon serve` scraping 50 vLLM targets (goal < 150 MB).
+
+The windows are sized so the run reaches the steady state of the default configuration
+(5m window / 15s interval = 21 columns per series; 1h baseline / 15s = 240 columns) in
+about 80 s: 3s interval, 1m window, 12m baseline.
+
+    python -m bench.memory_serve [--targets 50] [--seconds 80]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+
+from bench.pages import grown, v1_page
+from bench.pageserver import PageServer, growing
+from bench.promserver import free_port
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--targets", type=int, default=50)
+    parser.add_argument("--seconds", type=float, default=80)
+    args = parser.parse_args()
+    variants = [grown(v1_page(), 1 + 0.01 * i).encode() for i in range(int(args.seconds) + 30)]
+    pages = {f"/t{i}/metrics": growing(variants) for i in range(args.targets)}
+    with PageServer(pages) as server, tempfile.TemporaryDirectory() as tmp:
+        port = free_port()
+        config = Path(tmp) / "config.yaml"
+        config.write_text(yaml.safe_dump({
+            "server": {"host": "127.0.0.1", "port": port, "log_level": "warning"},
+            "service": {"scrape_interval": "3s", "windows": ["1m"], "baseline_window": "12m",
+                        "targets": [{"name": f"t{i}", "url": f"{server.base}/t{i}/metrics"}
+                                    for i in range(args.targets)]},
+            "storage": {"url": f"sqlite:///{tmp}/infermon.db"},
+        }))
+        serve = subprocess.Popen([sys.executable, "-m", "monitor.cli", "serve", "--config", str(config)],
+                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            samples = []
+            deadline = time.monotonic() + args.seconds
+            while time.monotonic() < deadline:
+                time.sleep(5)
+                samples.append(rss_mib(serve.pid))
+            metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            lines = metrics.splitlines()
+            up = sum(1 for line in lines if line.startswith("inference_target_up{") and line.endswith(" 1.0"))
+        finally:
+            serve.terminate()
+            serve.wait(10)
+    print(f"targets={args.targets} up_series={up} rss_start={samples[0]:.1f} MiB "
+          f"rss_end={samples[-1]:.1f} MiB rss_max={max(samples):.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()

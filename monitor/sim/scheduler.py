@@ -1,0 +1,165 @@
+"""Scheduler and KV cache of the simulated vLLM V1 engine (a simulator, not vLLM).
+
+Like vLLM's scheduler it keeps a FIFO `waiting` queue and a `running` list capped at
+`max_num_seqs`; a request is admitted when a slot is free and the KV cache has blocks for its
+prompt, grows by one token per `per_token_s` while decoding, and the newest running request is
+preempted (back to the front of the queue, recomputed later) when the cache overflows.
+
+Everything here is a pure function of the clock reading it is handed: no sleeping, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from monitor.sim.faults import FaultEffects
+from monitor.sim.profile import EngineConfig, LatencyProfile
+from monitor.sim.request import SimRequest
+from monitor.sim.stats import EngineSnapshot, FinishReason, IterationStats
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, profile: LatencyProfile) -> None:
+        self.config = config
+        self.profile = profile
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+
+    def step(self, now: float, effects: FaultEffects) -> IterationStats:
+        """Deliver due tokens, finish, preempt on overflow, admit what fits."""
+        stats = IterationStats(now)
+        self._deliver_due_tokens(now, stats)
+        capacity = self._capacity_blocks(effects)
+        self._preempt_over_capacity(capacity, stats)
+        self._admit_waiting(now, capacity, effects, stats)
+        return stats
+
+    def abort(self, request: SimRequest, now: float) -> IterationStats:
+        stats = IterationStats(now)
+        if request.finished:
+            return stats
+        if request in self.running:
+            self.running.remove(request)
+        elif request in self.waiting:
+            self.waiting.remove(request)
+        self._finish(request, "abort", now, stats)
+        return stats
+
+    def next_event_time(self) -> float | None:
+        """When the next token is due; None when idle (nothing can happen until a submit)."""
+        if not self.running:
+            return None
+        return min(r.next_token_time() for r in self.running)
+
+    def snapshot(self, effects: FaultEffects) -> EngineSnapshot:
+        return EngineSnapshot(
+            num_running=len(self.running),
+            num_waiting=len(self.waiting),
+            kv_cache_usage=min(self._used_blocks() / self._capacity_blocks(effects), 1.0),
+        )
+
+    def _deliver_due_tokens(self, now: float, stats: IterationStats) -> None:
+        still_running = []
+        for request in self.running:
+            due = request.due_tokens(now)
+            if due > request.emitted:
+                self._emit(request, due, stats)
+            if request.emitted >= request.target_tokens:
+                assert request.last_token_at is not None
+                self._finish(request, request.natural_finish_reason, request.last_token_at, stats)
+            else:
+                still_running.append(request)
+        self.running = still_running
+
+    def _emit(self, request: SimRequest, due: int, stats: IterationStats) -> None:
+        first_new = request.emitted + 1
+        first_time = request.token_time(first_new)
+        if first_new == 1:
+            request.first_token_at = first_time
+            stats.time_to_first_tokens.append(first_time - request.arrival)
+            stats.num_prompt_tokens += request.prompt_tokens
+            stats.num_cached_prompt_tokens += request.cached_tokens
+        else:
+            assert request.last_token_at is not None
+            # After a preemption this gap includes the wait and the recompute.
+            stats.inter_token_latencies.append(first_time - request.last_token_at)
+        # Within a segment every gap is the segment's per-token time.
+        stats.inter_token_latencies.extend([request.seg_per_token] * (due - first_new))
+        stats.num_generation_tokens += due - request.emitted
+        stats.num_scheduled_tokens += due - request.emitted
+        request.emitted = due
+        request.last_token_at = request.token_time(due)
+        request.notify_progress()
+
+    def _preempt_over_capacity(self, capacity: int, stats: IterationStats) -> None:
+        used = self._used_blocks()
+        # The newest request goes first, like vLLM's FCFS policy; a lone request keeps
+        # running even when it alone overflows a shrunken cache, so nothing deadlocks.
+        while used > capacity and len(self.running) > 1:
+            victim = self.running.pop()
+            used -= self._blocks(victim.kv_tokens())
+            victim.num_preemptions += 1
+            self.waiting.appendleft(victim)
+            stats.num_preemptions += 1
+
+    def _admit_waiting(
+        self, now: float, capacity: int, effects: FaultEffects, stats: IterationStats
+    ) -> None:
+        used = self._used_blocks()
+        while self.waiting and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting[0]
+            if request.will_error:
+                self.waiting.popleft()
+                request.first_scheduled = now
+                self._finish(request, "error", now, stats)
+                continue
+            need = self._blocks(request.kv_tokens() + 1)
+            if self.running and used + need > capacity:
+                break
+            self.waiting.popleft()
+            self._schedule(request, now, effects, stats)
+            used += need
+
+    def _schedule(
+        self, request: SimRequest, now: float, effects: FaultEffects, stats: IterationStats
+    ) -> None:
+        if request.first_scheduled is None:
+            request.first_scheduled = now
+            request.cached_tokens = self._cached_tokens(request.prompt_tokens)
+            stats.prefix_cache_queries += request.prompt_tokens
+            stats.prefix_cache_hits += request.cached_tokens
+            computed = request.prompt_tokens - request.cached_tokens
+        else:
+            computed = request.kv_tokens()  # a preempted request recomputes everything
+        scale = self.config.time_scale
+        prefill = self.profile.prefill_s + self.profile.prefill_per_token_s * computed
+        prefill *= request.draws.prefill_jitter * effects.prefill_mult * scale
+        per_token = self.profile.per_token_s * request.draws.per_token_jitter
+        per_token *= effects.per_token_mult * scale
+        request.start_segment(now + prefill, per_token)
+        stats.num_scheduled_tokens += computed
+        self.running.append(request)
+
+    @staticmethod
+    def _finish(
+        request: SimRequest, reason: FinishReason, at: float, stats: IterationStats
+    ) -> None:
+        request.finish_reason = reason
+        request.finished_at = at
+        stats.finished.append(request.finish_stats())
+        request.notify_done()
+
+    def _cached_tokens(self, prompt_tokens: int) -> int:
+        # Whole blocks only, and never the last prompt token: vLLM always recomputes it.
+        block = self.config.block_size
+        hit = int(prompt_tokens * self.profile.prefix_hit_ratio) // block * block
+        return min(hit, max(prompt_tokens - 1, 0))
+
+    def _blocks(self, tokens: int) -> int:
+        return -(-tokens // self.config.block_size)
+
+    def _used_blocks(self) -> int:
+        return sum(self._blocks(r.kv_tokens()) for r in self.running)
+
+    def _capacity_blocks(self, effects: FaultEffects) -> int:
+        return max(1, int(self.config.num_gpu_blocks * effects.kv_capacity_mult))
