@@ -145,7 +145,20 @@ class InfraSettings(_Section):
 
 
 class StorageSettings(_Section):
-    url: str = "sqlite:///./infermon.db"
+    url: str = Field("sqlite:///./infermon.db", description="SQLAlchemy URL: SQLite embedded, PostgreSQL at scale")
+    retention: Duration = Field(Duration("30d"), description="History older than this is pruned")
+
+    @field_validator("url")
+    @classmethod
+    def _known_url(cls, value: str) -> str:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            make_url(value)
+        except ArgumentError:
+            raise ValueError("not a database URL (e.g. sqlite:///./infermon.db)") from None
+        return value
 
 
 class ServerSettings(_Section):

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -27,6 +28,7 @@ from monitor.sim.server import serve
 log = logging.getLogger("monitor.demo")
 
 DEMO_RPS = 6.0
+DEMO_TRACE = Path(__file__).parent / "data" / "nvml_h200_trace.json"
 
 
 def demo_settings(sim_url: str, port: int, extra: dict[str, Any] | None = None) -> Settings:
@@ -40,6 +42,8 @@ def demo_settings(sim_url: str, port: int, extra: dict[str, Any] | None = None) 
             "targets": [{"name": "vllm-sim", "url": f"{sim_url}/metrics"}],
         },
         "storage": {"url": "sqlite:///./infermon-demo.db"},
+        # No GPU needed: a real H200 recording (idle, burn, memory fill, 30 % duty) plays in a loop.
+        "infra": {"interval": "5s", "replay": {"file": str(DEMO_TRACE)}, "node": "demo-h200"},
     }
     for section, values in (extra or {}).items():
         sections.setdefault(section, {}).update(values)
@@ -90,6 +94,7 @@ inference-monitor demo (the engine is a SIMULATOR of a vLLM server, driven at {D
   metrics   http://127.0.0.1:{port}/metrics
   status    http://127.0.0.1:{port}/api/v1/status
   simulator {sim_url}/metrics   (OpenAI API at {sim_url}/v1)
+  GPU       a replayed NVML recording of a real H200 (inference_gpu_*)
 Numbers appear within ~15 s; faults (latency spike, error burst, slow decode, KV pressure)
 cycle every 10 minutes. Ctrl-C stops.
 """, flush=True)

@@ -49,6 +49,8 @@ class HealthBook:
     wall: Callable[[], float] = time.time
     clock: Callable[[], float] = time.perf_counter
     entries: dict[tuple[str, str], CollectorHealth] = field(default_factory=dict)
+    # Called as listener(entry, "down" | "up") when a collector starts or stops failing.
+    listeners: list[Callable[[CollectorHealth, str], None]] = field(default_factory=list)
 
     def get(self, collector: str, target: str = "") -> CollectorHealth:
         key = (collector, target)
@@ -80,6 +82,7 @@ class HealthBook:
                 self._finish(entry, started, ok=None, error=None)
 
     def _finish(self, entry: CollectorHealth, started: float, ok: bool | None, error: str | None) -> None:
+        previous = entry.success
         entry.duration_seconds = self.clock() - started
         entry.last_run = self.wall()
         entry.success = ok
@@ -89,6 +92,15 @@ class HealthBook:
             entry.last_success = entry.last_run
         elif ok is False:
             entry.failures += 1
+        if (ok is False and previous is not False) or (ok and previous is False):
+            self._notify(entry, "down" if ok is False else "up")
+
+    def _notify(self, entry: CollectorHealth, state: str) -> None:
+        for listener in self.listeners:
+            try:
+                listener(entry, state)
+            except Exception:  # a broken history store must not break collection
+                log.exception("recording %s %s of %s failed", entry.collector, state, entry.target)
 
 
 def _describe(exc: Exception) -> str:

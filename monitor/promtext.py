@@ -148,7 +148,7 @@ class Parser:
             if wanted is not None and name not in wanted:
                 return
             labels, rest = self._labels_and_rest(line, brace)
-        if not _METRIC_NAME.match(name):
+        if wanted is None and not _METRIC_NAME.match(name):  # wanted names are valid by construction
             raise ValueError(f"bad metric name {name!r}")
         fields = rest.split()
         if not fields:

@@ -17,8 +17,11 @@ from monitor import __version__
 from monitor.config import Settings
 from monitor.exporter import Renderer, make_registry, render_health, render_text
 from monitor.health import HealthBook
+from monitor.infra.collector import InfraCollector, import_pynvml
+from monitor.infra.render import render_infra
 from monitor.service.collector import ServiceCollector
 from monitor.service.render import render_objectives, render_service
+from monitor.store.session import Store
 
 
 @dataclass
@@ -35,17 +38,27 @@ class Monitor:
         settings: Settings,
         client: httpx.AsyncClient | None = None,
         wall: Callable[[], float] = time.time,
+        load_nvml: Callable[[], Any] = import_pynvml,
     ) -> None:
         self.settings = settings
         self.wall = wall
         self.started = wall()
         self.health = HealthBook(wall=wall)
+        self.store = Store(settings.storage.url)
+        self.health.listeners.append(
+            lambda entry, state: self.store.record_event(wall(), entry.collector, entry.target, state, entry.error)
+        )
         self.client = client or httpx.AsyncClient(follow_redirects=True, trust_env=False)
         self.service = ServiceCollector(settings.service, self.client, self.health, wall)
         self.jobs = [Job("service", settings.service.scrape_interval.seconds, self.service.collect)]
+        # infra: local GPUs (NVML, or the trace in infra.replay.file) and dcgm-exporter targets
+        self.infra = InfraCollector(settings.infra, self.client, self.health, wall, load_nvml)
+        self.jobs.append(Job("infra", settings.infra.interval.seconds, self.infra.collect))
+        self.jobs.append(Job("retention", 3600.0, self.prune))
         renderers: list[Renderer] = [
             lambda: render_service(self.service.view),
             lambda: [render_objectives(self.service.view)],
+            lambda: render_infra(self.infra.view),
             lambda: render_health(self.health),
         ]
         self.registry = make_registry(renderers)
@@ -80,9 +93,16 @@ class Monitor:
                     "last_derivation": self.service.view.ts,
                     "targets": self.service.status(),
                 },
+                "infra": self.infra.status(),
             },
             "collectors": [entry.as_dict() for entry in self.health.entries.values()],
+            "recent_events": self.store.recent_events(20),
         }
 
+    async def prune(self) -> None:
+        self.store.prune(self.wall() - self.settings.storage.retention.seconds)
+
     async def aclose(self) -> None:
+        self.store.close()
+        await self.infra.aclose()
         await self.client.aclose()

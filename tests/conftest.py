@@ -16,3 +16,9 @@ def require_binary(name: str) -> str:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+@pytest.fixture(autouse=True)
+def _memory_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Monitors built by tests keep their history in memory, not in ./infermon.db."""
+    monkeypatch.setenv("INFERMON_STORAGE__URL", "sqlite://")

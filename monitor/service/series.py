@@ -52,16 +52,18 @@ class SeriesStore:
     def append(self, snap: Snapshot) -> None:
         column = len(self.times)
         self.times.append(snap.ts)
-        seen: set[SeriesKey] = set()
+        rows = self.rows
+        pushed = 0
         for key, value in _flatten(snap):
-            row = self.rows.get(key)
+            row = rows.get(key)
             if row is None:
-                row = self.rows[key] = _new_row(key, column)
+                row = rows[key] = _new_row(key, column)
             _push(row, value)
-            seen.add(key)
-        for key, row in self.rows.items():
-            if key not in seen:
-                _push(row, math.nan)
+            pushed += 1
+        if pushed != len(rows):  # some series were not on this page: they hold NaN here
+            for row in rows.values():
+                if len(row.values) == column:
+                    _push(row, math.nan)
         self._trim(snap.ts)
 
     def _trim(self, now: float) -> None:
@@ -82,25 +84,22 @@ class SeriesStore:
         sums: dict[GroupKey, float] = {}
         if last - first < 1:
             return sums
+        times, seconds = self.times, end - start
         for row in self.rows.values():
-            rate = self._row_rate(row, first, last, start, end)
-            if rate is not None:
-                sums[row.group] = sums.get(row.group, 0.0) + rate
+            values = row.values
+            i, j = first, last
+            while i <= j and values[i] != values[i]:  # NaN: the series was absent from that scrape
+                i += 1
+            while j > i and values[j] != values[j]:
+                j -= 1
+            if j <= i:
+                continue
+            count = row.present[j] - row.present[i] + 1
+            increase = values[j] - values[i] + row.corr[j] - row.corr[i]
+            total = extrapolate(increase, times[i], times[j], values[i], count, start, end)
+            if total is not None:
+                sums[row.group] = sums.get(row.group, 0.0) + total / seconds
         return sums
-
-    def _row_rate(self, row: _Row, first: int, last: int, start: float, end: float) -> float | None:
-        values = row.values
-        i, j = first, last
-        while i <= j and values[i] != values[i]:  # NaN: the series was absent from that scrape
-            i += 1
-        while j >= i and values[j] != values[j]:
-            j -= 1
-        if j <= i:
-            return None
-        count = row.present[j] - row.present[i] + 1
-        increase = values[j] - values[i] + row.corr[j] - row.corr[i]
-        total = extrapolate(increase, self.times[i], self.times[j], values[i], count, start, end)
-        return None if total is None else total / (end - start)
 
 
 def _new_row(key: SeriesKey, column: int) -> _Row:

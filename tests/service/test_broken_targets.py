@@ -81,7 +81,7 @@ class Clock:
 
 
 def make_settings(targets: dict[str, str], **service: Any) -> Settings:
-    return load_settings(None, {"infra": {"nvml": {"enabled": "false"}}, "service": {
+    return load_settings(None, {"storage": {"url": "sqlite://"}, "infra": {"nvml": {"enabled": "false"}}, "service": {
         "scrape_interval": "15s",
         "scrape_timeout": f"{TIMEOUT:g}s",
         "windows": ["1m"],

@@ -1,0 +1,1 @@
+"""Persistent history (SQLAlchemy): SQLite embedded, PostgreSQL at fleet scale."""

@@ -1,0 +1,75 @@
+"""A golden infra /metrics page: the H200 replay (selected by infra.replay.file) plus dcgm-exporter
+pages of both naming generations; regenerate with UPDATE_GOLDEN=1."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+
+import httpx
+
+from monitor.catalog import CATALOG
+from monitor.exporter import make_registry, render_health, render_text
+from monitor.health import HealthBook
+from monitor.infra.collector import InfraCollector
+from monitor.infra.render import render_infra
+from tests.conftest import FIXTURES, require_binary
+from tests.infra.conftest import infra_settings
+from tests.infra.fakes import TRACE_FILE, FakeClock
+
+GOLDEN = FIXTURES / "golden_infra.prom"
+PAGES = {"dcgm-48": "sample_dcgm.prom", "dcgm-49": "dcgm_4_9.prom"}
+WALL = 1_767_300_000.0
+
+
+def scenario_page() -> str:
+    def handler(request: httpx.Request) -> httpx.Response:
+        name = PAGES.get(request.url.host)
+        if name is None:
+            return httpx.Response(500, text="exporter down")
+        return httpx.Response(200, text=(FIXTURES / name).read_text())
+
+    targets = [{"name": host, "url": f"http://{host}:9400/metrics"} for host in [*PAGES, "dcgm-down"]]
+    settings = infra_settings(replay={"file": str(TRACE_FILE)}, dcgm={"targets": targets})
+    clock = FakeClock()
+
+    async def run() -> str:
+        client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+        health = HealthBook(wall=lambda: WALL)
+        collector = InfraCollector(settings.infra, client, health, wall=lambda: WALL, clock=clock)
+        try:
+            await collector.collect()  # opens the replay at second 0
+            clock.now = 51.5  # burning at the power cap with memory filled to 93 %
+            await collector.collect()
+        finally:
+            await collector.aclose()
+            await client.aclose()
+        for entry in health.entries.values():
+            entry.duration_seconds = 0.01  # wall-clock measurements: pinned for a stable page
+        registry = make_registry([lambda: render_infra(collector.view), lambda: render_health(health)])
+        return render_text(registry).decode()
+
+    return asyncio.run(run())
+
+
+def test_golden_page_unchanged() -> None:
+    text = scenario_page()
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+
+
+def test_golden_page_passes_promtool() -> None:
+    promtool = require_binary("promtool")
+    result = subprocess.run([promtool, "check", "metrics"], input=GOLDEN.read_text(),
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_emitted_families_equal_the_catalog() -> None:
+    emitted = {line.split()[2] for line in GOLDEN.read_text().splitlines() if line.startswith("# TYPE")}
+    # prometheus_client names a counter family without its `_total`.
+    emitted = {name + "_total" if f"{name}_total" in CATALOG else name for name in emitted}
+    expected = {name for name, d in CATALOG.items() if d.layer in ("infra", "self")}
+    assert emitted == expected

@@ -1,0 +1,114 @@
+"""The CLI as a user runs it: real processes, real ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.promserver import free_port
+from tests.pageserver import Page, PageServer
+
+FIXTURE = (Path(__file__).parent / "fixtures" / "sample_vllm_v1.prom").read_text()
+
+
+def infermon(*args: str) -> list[str]:
+    return [sys.executable, "-m", "monitor.cli", *args]
+
+
+def env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "INFERMON_STORAGE__URL": f"sqlite:///{tmp_path / 'infermon.db'}", "PYTHONUNBUFFERED": "1"}
+
+
+def wait_for(url: str, seconds: float = 20.0) -> httpx.Response:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return httpx.get(url, timeout=2)
+        except httpx.HTTPError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def test_check_names_the_bad_key(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("service:\n  scrape_interval: soon\n")
+    result = subprocess.run(infermon("check", "--config", str(config)), capture_output=True, text=True,
+                            env=env(tmp_path), timeout=60, check=False)
+    assert result.returncode == 2
+    assert "service.scrape_interval" in result.stderr
+
+
+def test_check_scrapes_each_target_once(tmp_path: Path) -> None:
+    with PageServer() as server:
+        server.set("/metrics", Page(FIXTURE))
+        config = tmp_path / "ok.yaml"
+        config.write_text(
+            "infra: {nvml: {enabled: 'false'}}\n"
+            f"service:\n  targets:\n    - {{name: a, url: '{server.url('/metrics')}'}}\n"
+            f"    - {{name: b, url: '{server.url('/missing')}'}}\n"
+        )
+        result = subprocess.run(infermon("check", "--config", str(config)), capture_output=True, text=True,
+                                env=env(tmp_path), timeout=60, check=False)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "up, vllm v1" in result.stdout
+    assert "DOWN: HTTP 404" in result.stdout
+
+
+def test_serve_answers_then_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    port = free_port()
+    with PageServer() as server:
+        server.set("/metrics", Page(FIXTURE))
+        config = tmp_path / "serve.yaml"
+        config.write_text(
+            "infra: {nvml: {enabled: 'false'}}\n"
+            f"service:\n  scrape_interval: 1s\n  targets: [{{name: a, url: '{server.url('/metrics')}'}}]\n"
+        )
+        process = subprocess.Popen(infermon("serve", "--config", str(config), "--host", "127.0.0.1",
+                                            "--port", str(port)), env=env(tmp_path),
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            assert wait_for(f"http://127.0.0.1:{port}/healthz").json() == {"status": "ok"}
+            deadline = time.monotonic() + 10
+            while 'inference_target_up{target="a"} 1.0' not in httpx.get(f"http://127.0.0.1:{port}/metrics").text:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            process.send_signal(signal.SIGTERM)
+            output, _ = process.communicate(timeout=15)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    # uvicorn shuts down gracefully, then re-raises the signal so the exit status tells why.
+    assert process.returncode in (0, -signal.SIGTERM), output
+    assert "monitor stopped" in output
+    assert "Traceback" not in output
+
+
+def test_demo_shows_service_numbers(tmp_path: Path) -> None:
+    port = free_port()
+    process = subprocess.Popen(infermon("demo", "--port", str(port), "--duration", "40"), env=env(tmp_path),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    try:
+        wait_for(f"http://127.0.0.1:{port}/healthz")
+        wanted = ['inference_ttft_seconds{model="meta-llama/Llama-3.1-8B-Instruct",quantile="0.99",target="vllm-sim"',
+                  "inference_requests_per_second{", "inference_kv_cache_usage_ratio{"]
+        deadline = time.monotonic() + 30
+        while True:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            if all(w in text for w in wanted):
+                break
+            assert time.monotonic() < deadline, text[-3000:]
+            time.sleep(1)
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.communicate(timeout=20)
+        finally:
+            if process.poll() is None:
+                process.kill()
