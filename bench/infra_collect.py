@@ -20,7 +20,7 @@ from typing import Any
 
 import pynvml
 
-from monitor.exporter import make_registry, render_text
+from monitor.exporter import TextWriter, make_registry, render_text
 from monitor.health import HealthBook
 from monitor.infra.local import LocalGpus
 from monitor.infra.nvml import NvmlBackend
@@ -157,7 +157,8 @@ def bench_render(gpus: int, nodes: int, repeat: int) -> tuple[float, float, int]
     view = fleet_view(gpus, nodes)
     registry = make_registry([lambda: render_infra(view)])
     families = per_call(lambda: list(render_infra(view)), repeat)
-    text = per_call(lambda: render_text(registry), repeat)
+    writer = TextWriter()  # the Monitor keeps one, so label texts are cached across scrapes
+    text = per_call(lambda: render_text(registry, writer), repeat)
     samples = sum(len(f.samples) for f in render_infra(view))
     return families, text, samples
 

@@ -15,7 +15,7 @@ import httpx
 
 from monitor import __version__
 from monitor.config import Settings
-from monitor.exporter import Renderer, make_registry, render_health, render_text
+from monitor.exporter import Renderer, TextWriter, make_registry, render_health, render_text
 from monitor.health import HealthBook
 from monitor.infra.collector import InfraCollector, import_pynvml
 from monitor.infra.render import render_infra
@@ -62,6 +62,7 @@ class Monitor:
             lambda: render_health(self.health),
         ]
         self.registry = make_registry(renderers)
+        self.writer = TextWriter()
 
     async def run_job(self, job: Job) -> None:
         try:
@@ -74,7 +75,7 @@ class Monitor:
             await self.run_job(job)
 
     def metrics_text(self) -> bytes:
-        return render_text(self.registry)
+        return render_text(self.registry, self.writer)
 
     @property
     def ready(self) -> bool:
