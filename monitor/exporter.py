@@ -76,7 +76,7 @@ def _go_float(value: float) -> str:
     # floatToGoString's answer, without its float() and branches for the common case.
     text = repr(value)
     if value != value or value in (math.inf, -math.inf) or (value > 0 and text.find(".") > 6):
-        return floatToGoString(value)
+        return str(floatToGoString(value))  # type: ignore[no-untyped-call]
     return text
 
 
