@@ -4,8 +4,6 @@ pages of both naming generations; regenerate with UPDATE_GOLDEN=1."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 
 import httpx
 
@@ -14,7 +12,8 @@ from monitor.exporter import make_registry, render_health, render_text
 from monitor.health import HealthBook
 from monitor.infra.collector import InfraCollector
 from monitor.infra.render import render_infra
-from tests.conftest import FIXTURES, require_binary
+from tests.conftest import FIXTURES
+from tests.golden import assert_golden, assert_promtool_accepts, emitted_families
 from tests.infra.conftest import infra_settings
 from tests.infra.fakes import TRACE_FILE, FakeClock
 
@@ -54,21 +53,15 @@ def scenario_page() -> str:
 
 
 def test_golden_page_unchanged() -> None:
-    text = scenario_page()
-    if os.environ.get("UPDATE_GOLDEN"):
-        GOLDEN.write_text(text)
-    assert text == GOLDEN.read_text()
+    assert_golden(GOLDEN, scenario_page())
 
 
 def test_golden_page_passes_promtool() -> None:
-    promtool = require_binary("promtool")
-    result = subprocess.run([promtool, "check", "metrics"], input=GOLDEN.read_text(),
-                            capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert_promtool_accepts(GOLDEN)
 
 
 def test_emitted_families_equal_the_catalog() -> None:
-    emitted = {line.split()[2] for line in GOLDEN.read_text().splitlines() if line.startswith("# TYPE")}
+    emitted = emitted_families(GOLDEN)
     # prometheus_client names a counter family without its `_total`.
     emitted = {name + "_total" if f"{name}_total" in CATALOG else name for name in emitted}
     expected = {name for name, d in CATALOG.items() if d.layer in ("infra", "self")}

@@ -1,15 +1,14 @@
 """A golden /metrics page for a fixed scenario; regenerate with UPDATE_GOLDEN=1."""
 
 import asyncio
-import os
-import subprocess
 
 import httpx
 
 from monitor.catalog import CATALOG
 from monitor.config import load_settings
 from monitor.runtime import Monitor
-from tests.conftest import FIXTURES, require_binary
+from tests.conftest import FIXTURES
+from tests.golden import assert_golden, assert_promtool_accepts, emitted_families
 from tests.service.pagegen import grow
 
 GOLDEN = FIXTURES / "golden_service.prom"
@@ -48,20 +47,14 @@ def scenario_page() -> str:
 
 
 def test_golden_page_unchanged() -> None:
-    text = scenario_page()
-    if os.environ.get("UPDATE_GOLDEN"):
-        GOLDEN.write_text(text)
-    assert text == GOLDEN.read_text()
+    assert_golden(GOLDEN, scenario_page())
 
 
 def test_golden_page_passes_promtool() -> None:
-    promtool = require_binary("promtool")
-    result = subprocess.run([promtool, "check", "metrics"], input=GOLDEN.read_text(),
-                            capture_output=True, text=True, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert_promtool_accepts(GOLDEN)
 
 
 def test_emitted_families_equal_the_catalog() -> None:
-    emitted = {line.split()[2] for line in GOLDEN.read_text().splitlines() if line.startswith("# TYPE")}
+    emitted = emitted_families(GOLDEN)
     expected = {name for name, d in CATALOG.items() if d.layer in ("service", "self")}
     assert emitted == expected
