@@ -18,7 +18,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from monitor.service.promql import fraction_at_or_below, histogram_quantile
+from monitor.service.promql import fraction_at_or_below, histogram_quantiles
 from monitor.service.series import SeriesStore
 
 QUANTILES = (0.5, 0.95, 0.99)
@@ -115,8 +115,7 @@ def stats_from_rates(rates: Rates, objectives: Objectives) -> WindowStats:
     if generation is not None and rates.baseline_generation:
         stats.throughput_baseline_ratio = generation / rates.baseline_generation
     for metric, le_rates in rates.buckets.items():
-        buckets = sorted(le_rates.items())
-        values = {q: histogram_quantile(q, buckets) for q in QUANTILES}
+        values = dict(zip(QUANTILES, histogram_quantiles(QUANTILES, list(le_rates.items())), strict=True))
         finite = {q: v for q, v in values.items() if not math.isnan(v)}
         if finite:
             stats.quantiles[metric] = finite

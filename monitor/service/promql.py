@@ -74,15 +74,26 @@ def histogram_quantile(q: float, buckets: Sequence[Bucket]) -> float:
     Linear interpolation inside the bucket that holds the rank; the lowest bucket starts at 0
     (when its bound is positive); a rank in the +Inf bucket returns the highest finite bound.
     """
-    if math.isnan(q):
-        return math.nan
-    if q < 0:
-        return -math.inf
-    if q > 1:
-        return math.inf
+    return histogram_quantiles((q,), buckets)[0]
+
+
+def histogram_quantiles(qs: Sequence[float], buckets: Sequence[Bucket]) -> list[float]:
+    """Several quantiles of one histogram, sorting and repairing its buckets once."""
     ordered = _monotonic(sorted(buckets))
     if len(ordered) < 2 or not math.isinf(ordered[-1][0]):
-        return math.nan
+        return [_out_of_range(q) for q in qs]
+    return [_quantile(q, ordered) for q in qs]
+
+
+def _out_of_range(q: float) -> float:
+    if q < 0:
+        return -math.inf
+    return math.inf if q > 1 else math.nan
+
+
+def _quantile(q: float, ordered: list[Bucket]) -> float:
+    if math.isnan(q) or q < 0 or q > 1:
+        return _out_of_range(q)
     observations = ordered[-1][1]
     if observations == 0 or math.isnan(observations):
         return math.nan
