@@ -39,7 +39,8 @@ class GaugeSpec:
     candidates: tuple[str, ...]  # first one present on the page wins
     # How series of one model combine: "sum" across engines/ranks (requests running),
     # "max" for ratios (the fullest KV cache is the one that preempts). Series that differ
-    # only in a per-process label (`pid`) are copies of one engine value: max'ed first.
+    # only in a per-process label (`pid`) are one engine's value seen by several API-server
+    # processes (vLLM 0.11: one holds it, the others 0.0): max'ed first.
     combine: str = "sum"
     scale: float = 1.0
 

@@ -117,7 +117,7 @@ def _split_le(labels: Labels) -> BucketKey | None:
 def _combine_gauge(
     series: dict[Labels, float], combine: str, spec: EngineSpec, model_of: ModelOf, snap: Snapshot
 ) -> dict[str, float]:
-    # Copies of one engine value reported by several processes (`pid`) count once.
+    # One engine's value seen by several API-server processes (`pid`) counts once: the max.
     groups: dict[tuple[str, Labels], float] = {}
     for labels, value in series.items():
         if not math.isfinite(value):
