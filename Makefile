@@ -31,6 +31,7 @@ lint: $(STAMP)
 bench: $(STAMP) tools
 	$(PY) -m bench.service_scrape
 	$(PY) -m bench.memory_serve
+	$(PY) -m bench.infra_collect
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -15,6 +15,9 @@ class PageServer:
         server_pages = pages
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as uvicorn (vLLM) and Go servers do
+            disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK stall
+
             def do_GET(self) -> None:
                 page = server_pages.get(self.path.split("?", 1)[0])
                 if page is None:
