@@ -42,7 +42,7 @@ class _Row:
 class SeriesStore:
     def __init__(self, retention_seconds: float) -> None:
         self.retention = retention_seconds
-        self.times: list[float] = []
+        self.times: list[int] = []  # scrape times in integer milliseconds, as Prometheus stores them
         self.rows: dict[SeriesKey, _Row] = {}
 
     def clear(self) -> None:
@@ -51,7 +51,7 @@ class SeriesStore:
 
     def append(self, snap: Snapshot) -> None:
         column = len(self.times)
-        self.times.append(snap.ts)
+        self.times.append(to_ms(snap.ts))
         rows = self.rows
         pushed = 0
         for key, value in _flatten(snap):
@@ -67,7 +67,7 @@ class SeriesStore:
         self._trim(snap.ts)
 
     def _trim(self, now: float) -> None:
-        cut = bisect_left(self.times, now - self.retention)
+        cut = bisect_left(self.times, to_ms(now - self.retention))
         if cut < _TRIM_BATCH:
             return
         del self.times[:cut]
@@ -79,12 +79,16 @@ class SeriesStore:
 
     def rates(self, start: float, end: float) -> dict[GroupKey, float]:
         """Sum of Prometheus `rate()` per group over [start, end] (Prometheus 2.x: both ends closed)."""
-        first = bisect_left(self.times, start)
-        last = bisect_right(self.times, end) - 1
+        # Durations from integer milliseconds, like Prometheus: float seconds near 1.8e9 would
+        # carry ~1e-7 s of rounding into every extrapolation.
+        end_ms = to_ms(end)
+        start_ms = end_ms - to_ms(end - start)  # the range is the window back from the end
+        first = bisect_left(self.times, start_ms)
+        last = bisect_right(self.times, end_ms) - 1
         sums: dict[GroupKey, float] = {}
         if last - first < 1:
             return sums
-        times, seconds = self.times, end - start
+        times, seconds = self.times, (end_ms - start_ms) / 1000
         for row in self.rows.values():
             values = row.values
             i, j = first, last
@@ -96,10 +100,15 @@ class SeriesStore:
                 continue
             count = row.present[j] - row.present[i] + 1
             increase = values[j] - values[i] + row.corr[j] - row.corr[i]
-            total = extrapolate(increase, times[i], times[j], values[i], count, start, end)
+            first_t, last_t = (times[i] - start_ms) / 1000, (times[j] - start_ms) / 1000
+            total = extrapolate(increase, first_t, last_t, values[i], count, 0.0, seconds)
             if total is not None:
                 sums[row.group] = sums.get(row.group, 0.0) + total / seconds
         return sums
+
+
+def to_ms(seconds: float) -> int:
+    return round(seconds * 1000)
 
 
 def _new_row(key: SeriesKey, column: int) -> _Row:

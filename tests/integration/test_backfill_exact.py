@@ -1,0 +1,136 @@
+"""Exactly Prometheus' numbers: the samples our monitor scraped, backfilled into the real Prometheus.
+
+The monitor scrapes two vLLM targets at irregular times (±2 s jitter on a 15 s interval, so
+rate()'s extrapolation rules all come into play); one engine restarts mid-run (counter reset).
+Every sample it saw is written, with its scrape timestamp and a `target` label, as OpenMetrics,
+turned into TSDB blocks by `promtool tsdb create-blocks-from openmetrics`, and loaded by a real
+`prometheus`. The PromQL an operator would write must then give our numbers to 1e-9.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench.promserver import PrometheusServer
+from monitor.config import load_settings
+from monitor.runtime import Monitor
+from monitor.service.engines import VLLM_V1
+from tests.conftest import FIXTURES, require_binary
+from tests.service.pagegen import grow
+
+pytestmark = pytest.mark.prometheus
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+SCRAPES = 40
+BASE = (FIXTURES / "sample_vllm_v1.prom").read_text()
+
+
+def page(target: str, step: int) -> str:
+    if target == "a":
+        return grow(BASE, 1 + 0.05 * step)
+    # Target b's engine restarts after step 24: its counters start again from a small value.
+    return grow(BASE, 1 + 0.08 * step) if step <= 24 else grow(BASE, 0.05 + 0.07 * (step - 25))
+
+
+def scrape_times() -> list[float]:
+    rng = random.Random(3)
+    start = round(time.time() - 3 * 3600)  # inside the default retention, clear of the head block
+    return [start + 15 * i + rng.randint(-2000, 2000) / 1000 for i in range(SCRAPES)]
+
+
+def run_monitor(times: list[float]) -> tuple[Monitor, dict[str, list[tuple[float, str]]]]:
+    served: dict[str, list[tuple[float, str]]] = {"a": [], "b": []}
+    step = [0]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        text = page(request.url.host, step[0])
+        served[request.url.host].append((times[step[0]], text))
+        return httpx.Response(200, text=text)
+
+    settings = load_settings(None, {"infra": {"nvml": {"enabled": "false"}}, "service": {
+        "scrape_interval": "15s", "windows": ["1m", "5m"],
+        "targets": [{"name": "a", "url": "http://a/metrics"}, {"name": "b", "url": "http://b/metrics"}]}})
+    monitor = Monitor(settings, client=httpx.AsyncClient(transport=httpx.MockTransport(handler)),
+                      wall=lambda: times[step[0]])
+
+    async def run() -> None:
+        for index in range(SCRAPES):
+            step[0] = index
+            await monitor.run_once()
+        await monitor.aclose()
+
+    asyncio.run(run())
+    return monitor, served
+
+
+def openmetrics(served: dict[str, list[tuple[float, str]]]) -> str:
+    """The scraped samples we derive from, one gauge family per sample name, in time order."""
+    series: dict[str, dict[tuple[tuple[str, str], ...], list[tuple[float, float]]]] = {}
+    for target, pages in served.items():
+        for ts, text in pages:
+            for fam in text_string_to_metric_families(text):
+                for sample in fam.samples:
+                    if sample.name in VLLM_V1.wanted:
+                        labels = tuple(sorted({**sample.labels, "target": target}.items()))
+                        series.setdefault(sample.name, {}).setdefault(labels, []).append((ts, sample.value))
+    lines = []
+    for name, by_labels in series.items():
+        lines.append(f"# TYPE {name} gauge")
+        for labels, points in by_labels.items():
+            label_text = ",".join(f'{k}="{v}"' for k, v in labels)
+            lines.extend(f"{name}{{{label_text}}} {value!r} {ts:.3f}" for ts, value in points)
+    return "\n".join(lines) + "\n# EOF\n"
+
+
+def promql(prom: PrometheusServer, expr: str, at: float) -> float:
+    result = prom.query(expr, at=at)
+    assert len(result) == 1, (expr, result)
+    return float(result[0]["value"][1])
+
+
+def test_backfilled_prometheus_gives_our_numbers(tmp_path: Path) -> None:
+    promtool = require_binary("promtool")
+    binary = require_binary("prometheus")
+    times = scrape_times()
+    monitor, served = run_monitor(times)
+    view = monitor.service.view
+    source = tmp_path / "scraped.om"
+    source.write_text(openmetrics(served))
+    prom = PrometheusServer({}, binary=binary)
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(prom.dir / "data")],
+                   check=True, capture_output=True)
+    checked = 0
+    with prom:
+        for window in ("1m", "5m"):
+            for target, selector in (("a", '{target="a"}'), ("b", '{target="b"}'), (None, "")):
+                stats = view.fleet[(MODEL, window)] if target is None else view.targets[target].stats[(MODEL, window)]
+                def rate(name: str, selector: str = selector, window: str = window) -> str:
+                    return f"sum(rate(vllm:{name}{selector}[{window}]))"
+
+                def quantile(q: float, name: str, selector: str = selector, window: str = window) -> str:
+                    return f"histogram_quantile({q}, sum by (le) (rate(vllm:{name}_bucket{selector}[{window}])))"
+
+                expected = {
+                    "requests": (stats.requests_per_second, rate("request_success_total")),
+                    "tokens": (stats.generation_tokens_per_second, rate("generation_tokens_total")),
+                    "prompt": (stats.prompt_tokens_per_second, rate("prompt_tokens_total")),
+                    "preempt": (stats.preemptions_per_second, rate("num_preemptions_total")),
+                }
+                for metric, family in (("ttft", "time_to_first_token_seconds"),
+                                       ("tpot", "request_time_per_output_token_seconds"),
+                                       ("e2e", "e2e_request_latency_seconds"), ("queue", "request_queue_time_seconds")):
+                    for q, ours in stats.quantiles[metric].items():
+                        expected[f"{metric}{q}"] = (ours, quantile(q, family))
+                for name, (ours, expr) in expected.items():
+                    assert ours is not None, name
+                    assert ours == pytest.approx(promql(prom, expr, times[-1]), rel=1e-9, abs=1e-12), (name, window, target)
+                    checked += 1
+    assert checked == 2 * 3 * (4 + 4 * 3)
