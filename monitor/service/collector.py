@@ -154,6 +154,8 @@ class ServiceCollector:
     def derive(self, now: float) -> ServiceView:
         view = ServiceView(ts=now, windows=self.windows, objectives=self.objectives)
         per_window: dict[str, list[dict[str, Rates]]] = {w.label: [] for w in self.windows}
+        # (model, window) -> the stats of every target serving it, to skip a fleet sum of one.
+        served: dict[tuple[str, str], list[WindowStats]] = {}
         for name, state in self.targets.items():
             target_view = TargetView(
                 name=name,
@@ -172,10 +174,15 @@ class ServiceCollector:
                 )
                 per_window[window.label].append(rates)
                 for model, model_rates in rates.items():
-                    target_view.stats[(model, window.label)] = stats_from_rates(model_rates, self.objectives)
+                    stats = stats_from_rates(model_rates, self.objectives)
+                    target_view.stats[(model, window.label)] = stats
+                    served.setdefault((model, window.label), []).append(stats)
         for window in self.windows:
             for model, model_rates in fleet_rates(per_window[window.label]).items():
-                view.fleet[(model, window.label)] = stats_from_rates(model_rates, self.objectives)
+                alone = served.get((model, window.label), [])
+                # A model on one target: the fleet sum is that target's numbers, already derived.
+                fleet = alone[0] if len(alone) == 1 else stats_from_rates(model_rates, self.objectives)
+                view.fleet[(model, window.label)] = fleet
         return view
 
     def status(self) -> list[dict[str, object]]:

@@ -117,7 +117,8 @@ def _monotonic(buckets: list[Bucket]) -> list[Bucket]:
     fixed: list[Bucket] = []
     highest = -math.inf
     for upper, count in buckets:
-        highest = max(highest, count)
+        if count > highest:
+            highest = count
         fixed.append((upper, highest))
     return fixed
 
