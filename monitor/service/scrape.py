@@ -50,7 +50,14 @@ async def fetch_page(client: httpx.AsyncClient, url: str, timeout_s: float, max_
 
 
 async def _fetch(client: httpx.AsyncClient, url: str, max_bytes: int) -> FetchedPage:
-    async with client.stream("GET", url, headers={"Accept": ACCEPT}) as response:
+    # user:password in the URL travels as a Basic auth header, never inside the URL that
+    # httpx writes to its log.
+    parsed = httpx.URL(url)
+    auth: httpx.BasicAuth | None = None
+    if parsed.userinfo:
+        auth = httpx.BasicAuth(parsed.username, parsed.password)
+        parsed = parsed.copy_with(username=None, password=None)
+    async with client.stream("GET", parsed, headers={"Accept": ACCEPT}, auth=auth) as response:
         if response.status_code != 200:
             raise ScrapeError(f"HTTP {response.status_code}")
         declared = response.headers.get("content-length")
