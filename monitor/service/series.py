@@ -1,10 +1,11 @@
 """A target's scraped series, aligned on scrape times, so a window's rate is O(1) per series.
 
 Every series of one target is sampled at the same instants (one scrape = one column), so a
-window selects the same column range for all of them. Per series we keep, next to each value,
-the running sum of counter-reset corrections and the running count of present samples; then
-Prometheus' reset-corrected increase between two columns is `v[j] - v[i] + corr[j] - corr[i]`,
-with no walk over the samples in between. A series missing from a scrape holds NaN there.
+window selects the same column range for all of them. Per series (row) we keep, next to each
+value, the running sum of counter-reset corrections and the running count of present samples;
+Prometheus' reset-corrected increase between two columns is then `v[j] - v[i] + corr[j] -
+corr[i]`, with no walk over the samples in between, and numpy does it for every row at once.
+A series missing from a scrape holds NaN there.
 
     store.append(snapshot)                      # after each scrape
     store.rates(start, end) -> {(kind, metric, model, le): summed rate}
@@ -13,69 +14,61 @@ with no walk over the samples in between. A series missing from a scrape holds N
 from __future__ import annotations
 
 import math
-from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
 
 from monitor.promtext import Labels
 from monitor.service.extract import Snapshot
-from monitor.service.promql import extrapolate
 
 SeriesKey = tuple[str, str, str, Labels, float | None]
 """(kind "counter"|"bucket"|"http", our metric, model, series labels, le for buckets)"""
 GroupKey = tuple[str, str, str, float | None]
 """A series key without its labels: what rates are summed by (`sum by (le, model)`)."""
 
-_TRIM_BATCH = 16  # drop old columns in batches: list prefix deletes are O(columns)
-
-
-@dataclass
-class _Row:
-    group: GroupKey
-    values: array[float] = field(default_factory=lambda: array("d"))
-    corr: array[float] = field(default_factory=lambda: array("d"))  # running reset corrections
-    present: array[int] = field(default_factory=lambda: array("l"))  # running count of samples
-    last_valid: float = math.nan
+_TRIM_BATCH = 16  # drop old columns in batches: each drop copies the arrays
+Floats = npt.NDArray[np.float64]
 
 
 class SeriesStore:
     def __init__(self, retention_seconds: float) -> None:
         self.retention = retention_seconds
-        self.times: list[int] = []  # scrape times in integer milliseconds, as Prometheus stores them
-        self.rows: dict[SeriesKey, _Row] = {}
+        self.clear()
 
     def clear(self) -> None:
-        self.times.clear()
-        self.rows.clear()
+        self.times: list[int] = []  # scrape times in integer milliseconds, as Prometheus stores them
+        self.keys: dict[SeriesKey, int] = {}  # series -> row
+        self._group_ids: dict[GroupKey, int] = {}
+        self._groups: list[GroupKey] = []
+        self._group_of = np.zeros(0, dtype=np.int64)
+        self._values: Floats = np.full((0, 0), math.nan)
+        self._corr: Floats = np.zeros((0, 0))
+        self._present = np.zeros((0, 0), dtype=np.int64)
+        self._last_valid: Floats = np.full(0, math.nan)
 
     def append(self, snap: Snapshot) -> None:
-        column = len(self.times)
-        self.times.append(to_ms(snap.ts))
-        rows = self.rows
-        pushed = 0
+        rows: list[int] = []
+        values: list[float] = []
         for key, value in _flatten(snap):
-            row = rows.get(key)
-            if row is None:
-                row = rows[key] = _new_row(key, column)
-            _push(row, value)
-            pushed += 1
-        if pushed != len(rows):  # some series were not on this page: they hold NaN here
-            for row in rows.values():
-                if len(row.values) == column:
-                    _push(row, math.nan)
-        self._trim(snap.ts)
-
-    def _trim(self, now: float) -> None:
-        cut = bisect_left(self.times, to_ms(now - self.retention))
-        if cut < _TRIM_BATCH:
-            return
-        del self.times[:cut]
-        for key in list(self.rows):
-            row = self.rows[key]
-            del row.values[:cut], row.corr[:cut], row.present[:cut]
-            if row.present[-1] - (row.present[0] - (0 if math.isnan(row.values[0]) else 1)) == 0:
-                del self.rows[key]  # no sample left in the retained columns
+            row = self.keys.get(key)
+            rows.append(self._add_row(key) if row is None else row)
+            values.append(value)
+        column = self._add_column(to_ms(snap.ts))
+        n = len(self.keys)
+        scraped = np.full(n, math.nan)
+        scraped[rows] = values
+        valid = ~np.isnan(scraped)
+        last = self._last_valid[:n]
+        with np.errstate(invalid="ignore"):
+            reset = valid & (scraped < last)  # a counter reset: Prometheus adds back the value before it
+        previous_corr = self._corr[:n, column - 1] if column else 0.0
+        previous_present = self._present[:n, column - 1] if column else 0
+        self._values[:n, column] = scraped
+        self._corr[:n, column] = previous_corr + np.where(reset, last, 0.0)
+        self._present[:n, column] = previous_present + valid
+        self._last_valid[:n] = np.where(valid, scraped, last)
 
     def rates(self, start: float, end: float) -> dict[GroupKey, float]:
         """Sum of Prometheus `rate()` per group over [start, end] (Prometheus 2.x: both ends closed)."""
@@ -85,53 +78,115 @@ class SeriesStore:
         start_ms = end_ms - to_ms(end - start)  # the range is the window back from the end
         first = bisect_left(self.times, start_ms)
         last = bisect_right(self.times, end_ms) - 1
-        sums: dict[GroupKey, float] = {}
-        if last - first < 1:
-            return sums
-        times, seconds = self.times, (end_ms - start_ms) / 1000
-        for row in self.rows.values():
-            values = row.values
-            i, j = first, last
-            while i <= j and values[i] != values[i]:  # NaN: the series was absent from that scrape
-                i += 1
-            while j > i and values[j] != values[j]:
-                j -= 1
-            if j <= i:
-                continue
-            count = row.present[j] - row.present[i] + 1
-            increase = values[j] - values[i] + row.corr[j] - row.corr[i]
-            first_t, last_t = (times[i] - start_ms) / 1000, (times[j] - start_ms) / 1000
-            total = extrapolate(increase, first_t, last_t, values[i], count, 0.0, seconds)
-            if total is not None:
-                sums[row.group] = sums.get(row.group, 0.0) + total / seconds
-        return sums
+        n = len(self.keys)
+        if last - first < 1 or n == 0:
+            return {}
+        valid = ~np.isnan(self._values[:n, first : last + 1])
+        width = last - first + 1
+        first_valid = np.argmax(valid, axis=1)
+        last_valid = width - 1 - np.argmax(valid[:, ::-1], axis=1)
+        rows = np.nonzero(valid.any(axis=1) & (last_valid > first_valid))[0]
+        a, b = first + first_valid[rows], first + last_valid[rows]
+        times = np.asarray(self.times, dtype=np.int64)
+        t0, t1 = (times[a] - start_ms) / 1000, (times[b] - start_ms) / 1000
+        v0 = self._values[rows, a]
+        increase = self._values[rows, b] - v0 + self._corr[rows, b] - self._corr[rows, a]
+        count = self._present[rows, b] - self._present[rows, a] + 1
+        seconds = (end_ms - start_ms) / 1000
+        total = _extrapolate(increase, t0, t1, v0, count, seconds) / seconds
+        keep = ~np.isnan(total)
+        groups = self._group_of[rows[keep]]
+        sums = np.bincount(groups, weights=total[keep], minlength=len(self._groups))
+        seen = np.bincount(groups, minlength=len(self._groups)) > 0
+        return {self._groups[g]: float(sums[g]) for g in np.nonzero(seen)[0]}
+
+    def _add_row(self, key: SeriesKey) -> int:
+        row = len(self.keys)
+        if row == self._values.shape[0]:
+            self._resize(max(16, 2 * row), self._values.shape[1])
+        kind, metric, model, _, le = key
+        group = (kind, metric, model, le)
+        if group not in self._group_ids:
+            self._group_ids[group] = len(self._groups)
+            self._groups.append(group)
+        self._group_of[row] = self._group_ids[group]
+        self.keys[key] = row
+        return row  # a series that appears late is absent (NaN) from the earlier columns
+
+    def _add_column(self, ts_ms: int) -> int:
+        self._trim(ts_ms, force=len(self.times) == self._values.shape[1])
+        if len(self.times) == self._values.shape[1]:
+            self._resize(self._values.shape[0], max(32, 2 * len(self.times)))
+        self.times.append(ts_ms)
+        return len(self.times) - 1
+
+    def _trim(self, now_ms: int, force: bool) -> None:
+        cut = bisect_left(self.times, now_ms - to_ms(self.retention))
+        if cut == 0 or (cut < _TRIM_BATCH and not force):
+            return
+        del self.times[:cut]
+        kept = len(self.times)
+        for array in (self._values, self._corr, self._present):
+            array[:, :kept] = array[:, cut : cut + kept]
+        self._values[:, kept:] = math.nan
+        self._corr[:, kept:] = 0.0
+        self._present[:, kept:] = 0
+        self._drop_empty_rows(kept)
+
+    def _drop_empty_rows(self, kept: int) -> None:
+        n = len(self.keys)
+        if n == 0:
+            return
+        alive = ~np.isnan(self._values[:n, :kept]).all(axis=1) if kept else np.zeros(n, dtype=bool)
+        if alive.all():
+            return
+        order = np.nonzero(alive)[0]
+        for array in (self._values, self._corr, self._present):
+            array[: len(order)] = array[order]
+        self._last_valid[: len(order)] = self._last_valid[order]
+        self._group_of[: len(order)] = self._group_of[order]
+        self._values[len(order) :] = math.nan
+        self._corr[len(order) :] = 0.0
+        self._present[len(order) :] = 0
+        self._last_valid[len(order) :] = math.nan
+        new_index = {int(old): new for new, old in enumerate(order)}
+        self.keys = {key: new_index[row] for key, row in self.keys.items() if row in new_index}
+
+    def _resize(self, rows: int, columns: int) -> None:
+        old_rows, old_columns = self._values.shape
+        values = np.full((rows, columns), math.nan)
+        corr = np.zeros((rows, columns))
+        present = np.zeros((rows, columns), dtype=np.int64)
+        values[:old_rows, :old_columns] = self._values
+        corr[:old_rows, :old_columns] = self._corr
+        present[:old_rows, :old_columns] = self._present
+        self._values, self._corr, self._present = values, corr, present
+        last_valid = np.full(rows, math.nan)
+        last_valid[:old_rows] = self._last_valid
+        group_of = np.zeros(rows, dtype=np.int64)
+        group_of[:old_rows] = self._group_of
+        self._last_valid, self._group_of = last_valid, group_of
+
+
+def _extrapolate(
+    increase: Floats, t0: Floats, t1: Floats, v0: Floats, count: npt.NDArray[np.int64], seconds: float
+) -> Floats:
+    """promql.extrapolate for many series at once (times relative to the range start, which is 0)."""
+    sampled = t1 - t0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        average_step = sampled / (count - 1)
+        threshold = average_step * 1.1
+        to_start = np.where(t0 >= threshold, average_step / 2, t0)
+        clamp = (increase > 0) & (v0 >= 0)
+        to_start = np.where(clamp, np.minimum(to_start, sampled * (v0 / increase)), to_start)
+        to_end = seconds - t1
+        to_end = np.where(to_end >= threshold, average_step / 2, to_end)
+        total = increase * (sampled + to_start + to_end) / sampled
+    return np.where(sampled > 0, total, math.nan)
 
 
 def to_ms(seconds: float) -> int:
     return round(seconds * 1000)
-
-
-def _new_row(key: SeriesKey, column: int) -> _Row:
-    kind, metric, model, _, le = key
-    row = _Row(group=(kind, metric, model, le))
-    # A series that appears late is absent (NaN) from the earlier columns.
-    row.values.extend([math.nan] * column)
-    row.corr.extend([0.0] * column)
-    row.present.extend([0] * column)
-    return row
-
-
-def _push(row: _Row, value: float) -> None:
-    corr = row.corr[-1] if row.corr else 0.0
-    present = row.present[-1] if row.present else 0
-    if value == value:  # not NaN
-        if value < row.last_valid:  # a counter reset: Prometheus adds back the value before it
-            corr += row.last_valid
-        row.last_valid = value
-        present += 1
-    row.values.append(value)
-    row.corr.append(corr)
-    row.present.append(present)
 
 
 def _flatten(snap: Snapshot) -> Iterator[tuple[SeriesKey, float]]:
