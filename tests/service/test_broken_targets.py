@@ -12,23 +12,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
-from monitor.app import create_app
 from monitor.config import Settings, load_settings
 from monitor.promtext import parse
 from monitor.runtime import Monitor
+from tests.appserver import serve_app
 from tests.pageserver import (
     Behaviour,
     Generated,
@@ -303,30 +299,6 @@ def test_repeated_failure_is_logged_once_per_change(run: Run) -> None:
 
 
 # -- the real app: /healthz and /metrics stay fast while a target hangs ----------------------------
-
-
-@contextmanager
-def serve_app(monitor: Monitor) -> Iterator[str]:
-    """The real app under uvicorn in a thread, on a free loopback port; yields its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(create_app(monitor), loop="asyncio", http="h11", ws="none",
-                            lifespan="on", log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
-    assert not thread.is_alive(), "uvicorn did not stop"
 
 
 def test_app_answers_fast_while_a_target_hangs() -> None:
