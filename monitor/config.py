@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, SecretStr, ValidationError, field_validator
 from pydantic_core import core_schema
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -167,6 +167,12 @@ class ServerSettings(_Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+class ApiSettings(_Section):
+    token: SecretStr | None = Field(
+        None, description="Bearer token required by the POST endpoints (INFERMON_API__TOKEN); never echoed back"
+    )
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="INFERMON_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
@@ -176,6 +182,7 @@ class Settings(BaseSettings):
     service: ServiceSettings = Field(default_factory=ServiceSettings)
     infra: InfraSettings = Field(default_factory=InfraSettings)
     storage: StorageSettings = Field(default_factory=StorageSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import uvicorn
 
@@ -17,10 +18,17 @@ from monitor.runtime import Monitor
 @contextmanager
 def serve_app(monitor: Monitor) -> Iterator[str]:
     """Yields the base URL once uvicorn has started; stops it (and asserts it stopped) after."""
+    with serve_asgi(create_app(monitor)) as url:
+        yield url
+
+
+@contextmanager
+def serve_asgi(app: Any) -> Iterator[str]:
+    """Any ASGI app under uvicorn in a thread; yields its base URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(create_app(monitor), loop="asyncio", http="h11", ws="none", lifespan="on",
+    config = uvicorn.Config(app, loop="asyncio", http="h11", ws="none", lifespan="on",
                             log_level="warning", log_config=None, access_log=False, timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
