@@ -173,6 +173,41 @@ class ApiSettings(_Section):
     )
 
 
+class ReceiverSettings(_Section):
+    """One notification receiver. `url`, `secret` and `token` are secrets: an IM webhook URL carries its token."""
+
+    name: str = Field(min_length=1)
+    type: Literal["webhook", "slack", "feishu", "dingtalk", "wecom"]
+    url: SecretStr = Field(description="Where to post (Alertmanager-style webhook, or the IM bot's webhook URL)")
+    secret: SecretStr | None = Field(None, description="Signing secret (feishu, dingtalk)")
+    token: SecretStr | None = Field(None, description="Bearer token sent to a generic webhook")
+    send_resolved: bool = True
+    group_by: list[str] = Field(default_factory=lambda: ["alertname"])
+    group_wait: Duration = Field(Duration("30s"))
+    group_interval: Duration = Field(Duration("5m"))
+    repeat_interval: Duration = Field(Duration("4h"))
+
+
+class AlertingSettings(_Section):
+    enabled: bool = True
+    rules_files: list[Path] = Field(
+        default_factory=lambda: [Path("alerts/infra.yml"), Path("alerts/service.yml"), Path("alerts/monitor.yml")],
+        description="Prometheus rule files the embedded evaluator loads (Prometheus loads the same files)",
+    )
+    evaluation_interval: Duration = Field(Duration("15s"))
+    external_url: str | None = Field(None, description="This monitor's URL as users reach it (generatorURL)")
+    receivers: list[ReceiverSettings] = Field(default_factory=list)
+
+    @field_validator("receivers")
+    @classmethod
+    def _unique_receivers(cls, value: list[ReceiverSettings]) -> list[ReceiverSettings]:
+        names = [r.name for r in value]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate receiver names: {duplicates}")
+        return value
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="INFERMON_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
@@ -183,6 +218,7 @@ class Settings(BaseSettings):
     infra: InfraSettings = Field(default_factory=InfraSettings)
     storage: StorageSettings = Field(default_factory=StorageSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
+    alerting: AlertingSettings = Field(default_factory=AlertingSettings)
 
     @classmethod
     def settings_customise_sources(

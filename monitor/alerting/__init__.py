@@ -1,0 +1,1 @@
+"""Alerting: the rule subset and its evaluator, the outbox, the receivers, the Alertmanager receiver."""
