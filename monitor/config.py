@@ -75,6 +75,16 @@ class Target(_Section):
     name: str = Field(min_length=1, description="Label value `target` on every series of this engine")
     url: str = Field(description="The engine's metrics page, e.g. http://10.0.0.5:8000/metrics")
     model: str | None = Field(None, description="Model name for engines whose page has no model label (TGI)")
+    metric_prefix: str = Field(
+        "", description="Prefix before every engine name on the page (KServe's queue-proxy: kserve_)"
+    )
+
+    @field_validator("metric_prefix")
+    @classmethod
+    def _name_prefix(cls, value: str) -> str:
+        if value and not re.match(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$", value):
+            raise ValueError(f"not a metric-name prefix: {value!r}")
+        return value
 
     @field_validator("url")
     @classmethod

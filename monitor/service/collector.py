@@ -26,7 +26,7 @@ from monitor.service.derive import (
     stats_from_rates,
     window_rates,
 )
-from monitor.service.engines import EngineSpec, detect
+from monitor.service.engines import EngineSpec, detect, suggest_prefix
 from monitor.service.extract import Snapshot, extract
 from monitor.service.scrape import ScrapeError, fetch_page
 from monitor.service.series import SeriesStore
@@ -128,15 +128,16 @@ class ServiceCollector:
 
     def _ingest(self, state: TargetState, text: str, openmetrics: bool, ts: float) -> None:
         check_text(text)
-        spec = detect(text)
+        prefix = state.target.metric_prefix
+        spec = detect(text, prefix)
         if spec is None:
-            raise PageError("no known serving-engine metrics on the page (vLLM, SGLang, TGI)")
+            raise PageError(_no_engine_reason(text, prefix))
         if spec is not state.engine:
             # Another engine or generation: old snapshots use other names, start afresh.
             state.store.clear()
             state.baseline.clear()
             state.engine = spec
-        page = state.parser.parse(text, spec.wanted, openmetrics)
+        page = state.parser.parse(text, spec.page_names(prefix), openmetrics)
         default_model = state.target.model or "unknown"
         snap = extract(page, spec, ts, default_model)
         state.duplicates, state.non_finite = page.duplicates, snap.non_finite
@@ -205,6 +206,16 @@ class ServiceCollector:
                 "models": sorted(state.latest.models()) if state.latest and state.up else [],
             })
         return rows
+
+
+def _no_engine_reason(text: str, prefix: str) -> str:
+    reason = "no known serving-engine metrics on the page (vLLM, SGLang, TGI)"
+    if prefix:
+        return f"{reason} behind metric_prefix {prefix!r}"
+    behind = suggest_prefix(text)
+    if behind:
+        return f"{reason}; they appear behind the prefix {behind!r}: set metric_prefix: {behind} on this target"
+    return reason
 
 
 def safe_url(url: str) -> str:

@@ -71,7 +71,7 @@ def window_rates(
     baseline_seconds: float = 0.0,
     counts_errors: bool = True,
 ) -> dict[str, Rates]:
-    """Per-model rates of one target over [end - window, end] (Prometheus 2.x: both ends closed).
+    """Per-model rates of one target over (end - window, end] (Prometheus 3.x: left-open).
 
     `baseline` holds the generation-token counters for longer, for the trailing throughput
     baseline over the `baseline_seconds` before the window.

@@ -4,6 +4,13 @@ Adding an engine is adding an `EngineSpec` to `ENGINES` and a fixture page under
 tests/fixtures/pages/; nothing else switches on the engine. Names are the *sample* names as they
 appear on the page (`vllm:prompt_tokens_total`, TGI's suffix-less `tgi_request_count`).
 
+Every name is also read in its escaped spelling, each ':' written '_' (`vllm_prompt_tokens_total`):
+prometheus_client >= 0.23 writes sample names that way when it answers with OpenMetrics (its
+`escaping=underscores` default, while its # TYPE lines keep the colons), and a Prometheus that
+negotiated the same way stores that spelling. A target may also say that every name sits behind a
+prefix (`metric_prefix: kserve_` for KServe's queue-proxy, which republishes vLLM's metrics as
+`kserve_vllm:...`).
+
 Our metrics:
     counters    requests (all finished), errors (finished with an engine error), prompt_tokens,
                 generation_tokens, preemptions
@@ -13,6 +20,7 @@ Our metrics:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from monitor.promtext import Labels
@@ -69,6 +77,32 @@ class EngineSpec:
         for gauge in self.gauges.values():
             names.update(gauge.candidates)
         object.__setattr__(self, "wanted", frozenset(names))
+
+    def page_names(self, prefix: str = "") -> dict[str, str]:
+        """Every spelling a page may use for the names we read -> the name in this table."""
+        return _page_names(self, prefix)
+
+    def marker_spellings(self, prefix: str = "") -> tuple[str, ...]:
+        return tuple(dict.fromkeys(s for m in self.markers for s in spellings(m, prefix)))
+
+
+def spellings(name: str, prefix: str = "") -> tuple[str, ...]:
+    """`name` as an exporter may write it: as is, and with ':' escaped to '_' (behind `prefix`)."""
+    written = prefix + name
+    return (written, written.replace(":", "_")) if ":" in written else (written,)
+
+
+_PAGE_NAMES: dict[tuple[str, str, str], dict[str, str]] = {}
+
+
+def _page_names(spec: EngineSpec, prefix: str) -> dict[str, str]:
+    # One dict per (engine, prefix) for the process: the parser caches its work per dict object.
+    key = (spec.engine, spec.generation, prefix)
+    names = _PAGE_NAMES.get(key)
+    if names is None:
+        names = {spelled: name for name in sorted(spec.wanted) for spelled in spellings(name, prefix)}
+        _PAGE_NAMES[key] = names
+    return names
 
 
 HTTP_SAMPLES = ("http_requests_total",)
@@ -237,10 +271,24 @@ TGI = EngineSpec(
 ENGINES: list[EngineSpec] = [VLLM_V1, VLLM_V0, SGLANG, TGI]
 
 
-def detect(text: str) -> EngineSpec | None:
-    """The engine whose marker sample appears on the page; cheap substring checks only."""
+def detect(text: str, prefix: str = "") -> EngineSpec | None:
+    """The engine whose marker sample appears on the page (either spelling); substring checks only."""
     for spec in ENGINES:
-        for marker in spec.markers:
-            if f"\n{marker}{{" in text or f"\n{marker} " in text or text.startswith(marker):
+        for marker in spec.marker_spellings(prefix):
+            if _has_sample(text, marker):
                 return spec
+    return None
+
+
+def _has_sample(text: str, name: str) -> bool:
+    return f"\n{name}{{" in text or f"\n{name} " in text or text.startswith((f"{name}{{", f"{name} "))
+
+
+def suggest_prefix(text: str) -> str | None:
+    """A prefix behind which the page holds an engine's names (`kserve_`), when it has them only so."""
+    for spec in ENGINES:
+        for marker in spec.marker_spellings():
+            found = re.search(rf"(?m)^([a-zA-Z_:][a-zA-Z0-9_:]*?){re.escape(marker)}[{{ ]", text)
+            if found and found.group(1):
+                return found.group(1)
     return None
