@@ -33,6 +33,7 @@ _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 _CACHE_LIMIT = 200_000
 _FAMILY_SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created", "_info", "_gcount", "_gsum")
 _BLANKS = " \t"
+_NAME_END = re.compile(r"[^ \t{]*")
 Wanted = Collection[str] | Mapping[str, str]
 """Sample names to read: a collection, or page spelling -> the name to file the samples under."""
 
@@ -236,8 +237,7 @@ class Parser:
 
 def _name_end(line: str) -> int:
     """Index of the first blank or '{' (the end of an unquoted metric name)."""
-    ends = [i for i in (line.find(" "), line.find("\t"), line.find("{")) if i >= 0]
-    return min(ends) if ends else len(line)
+    return _NAME_END.match(line).end()  # type: ignore[union-attr]  # [^...]* always matches
 
 
 def _value(rest: str) -> float:
@@ -248,7 +248,13 @@ def _value(rest: str) -> float:
         raise ValueError("sample without a value")
     if len(fields) > 2:
         raise ValueError("text after the timestamp")
-    return go_float(fields[0])
+    text = fields[0]
+    if "_" not in text and text.isascii():
+        try:
+            return float(text)  # the common case, without go_float's call
+        except ValueError:
+            pass
+    return go_float(text)
 
 
 def go_float(text: str) -> float:
