@@ -1,4 +1,4 @@
-"""`infermon`: serve | demo | check."""
+"""`infermon`: serve | demo | check | rules recording."""
 
 from __future__ import annotations
 
@@ -85,6 +85,30 @@ def check(config: ConfigOption = None) -> None:
 
     if not asyncio.run(probe()):
         raise typer.Exit(1)
+
+
+rules = typer.Typer(help="Prometheus rule files generated from the engine tables.", no_args_is_help=True)
+app.add_typer(rules, name="rules")
+
+
+@rules.command("recording")
+def rules_recording(
+    config: ConfigOption = None,
+    windows: Annotated[str | None, typer.Option(help="Comma-separated windows (default: service.windows)")] = None,
+) -> None:
+    """Print recording rules that compute the service series inside Prometheus (fleet scale)."""
+    from monitor.config import Duration
+    from monitor.service.recording import rule_file_text
+
+    settings = _settings(config)
+    service = settings.service
+    try:
+        chosen = [Duration(w).text for w in windows.split(",")] if windows else [w.text for w in service.windows]
+    except ValueError as exc:
+        typer.secho(f"--windows: {exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+    objectives = {"ttft": service.slo.ttft.seconds, "tpot": service.slo.tpot.seconds}
+    typer.echo(rule_file_text(chosen, service.baseline_window.text, objectives), nl=False)
 
 
 if __name__ == "__main__":
