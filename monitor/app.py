@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -22,6 +25,7 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         scheduler = AsyncIOScheduler(timezone=UTC)
+        _on_sighup(monitor)
         if schedule:
             for job in monitor.jobs:
                 _add_job(scheduler, monitor, job)
@@ -55,6 +59,14 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
         return monitor.status()
 
     return app
+
+
+def _on_sighup(monitor: Monitor) -> None:
+    """SIGHUP reloads the configuration file (only where signals can be handled: the main thread)."""
+    if monitor.config_path is None or threading.current_thread() is not threading.main_thread():
+        return
+    with contextlib.suppress(NotImplementedError, RuntimeError):  # no signals on this platform/loop
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, monitor.reload)
 
 
 def _add_job(scheduler: AsyncIOScheduler, monitor: Monitor, job: Job) -> None:

@@ -45,7 +45,7 @@ def serve(
 
     settings = _settings(config, host=host, port=port)
     _logging(settings.server.log_level)
-    api = create_app(Monitor(settings))
+    api = create_app(Monitor(settings, config_path=config))
     uvicorn.run(api, host=settings.server.host, port=settings.server.port,
                 log_level=settings.server.log_level, access_log=False)
 

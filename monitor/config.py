@@ -89,7 +89,7 @@ class Target(_Section):
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", value):
+        if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", value):
             raise ValueError(f"not an http(s) URL: {value!r}")
         return value
 
@@ -106,6 +106,9 @@ class ServiceSettings(_Section):
     baseline_window: Duration = Field(Duration("1h"), description="Trailing throughput baseline")
     max_page_bytes: int = Field(10_000_000, gt=0, description="Larger pages fail the scrape")
     targets: list[Target] = Field(default_factory=list)
+    file_sd: list[str] = Field(
+        default_factory=list, description="Prometheus file_sd files (JSON/YAML, globs allowed), followed live"
+    )
     slo: SloSettings = Field(default_factory=SloSettings)
 
     @field_validator("windows")

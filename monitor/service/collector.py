@@ -26,6 +26,7 @@ from monitor.service.derive import (
     stats_from_rates,
     window_rates,
 )
+from monitor.service.discovery import DiscoveryError, FileDiscovery
 from monitor.service.engines import EngineSpec, detect, suggest_prefix
 from monitor.service.extract import Snapshot, extract
 from monitor.service.scrape import ScrapeError, fetch_page
@@ -33,6 +34,7 @@ from monitor.service.series import SeriesStore
 
 log = logging.getLogger("monitor.service")
 COLLECTOR = "service"
+DISCOVERY = "file_sd"
 
 
 @dataclass
@@ -84,8 +86,50 @@ class ServiceCollector:
         self.wall = wall
         self.windows = [Window(w.text, w.seconds) for w in settings.windows]
         self.objectives = Objectives(settings.slo.ttft.seconds, settings.slo.tpot.seconds)
-        self.targets = {t.name: self._new_state(t) for t in settings.targets}
+        self.targets: dict[str, TargetState] = {}
+        self.static: list[Target] = []
+        self.discovery: FileDiscovery | None = None
+        self.reconfigure(settings.targets, settings.file_sd)
         self.view = ServiceView(ts=wall(), windows=self.windows, objectives=self.objectives)
+
+    def reconfigure(self, static: list[Target], file_sd: list[str]) -> None:
+        """New static targets and file_sd files (start-up, SIGHUP); applied at once."""
+        self.static = list(static)
+        previous = self.discovery.patterns if self.discovery else []
+        if file_sd != previous:
+            for path in self.discovery.watched() if self.discovery else []:
+                self.health.forget(DISCOVERY, path)
+            self.discovery = FileDiscovery(list(file_sd)) if file_sd else None
+        self._discover()
+        self._apply(self.static + (self.discovery.targets() if self.discovery else []))
+
+    def _discover(self) -> bool:
+        if self.discovery is None:
+            return False
+        changed = self.discovery.refresh()
+        for path in self.discovery.removed:
+            self.health.forget(DISCOVERY, path)
+        for path in self.discovery.watched():
+            with self.health.run(DISCOVERY, path):
+                if path in self.discovery.errors:
+                    raise DiscoveryError(self.discovery.errors[path])
+        return changed
+
+    def _apply(self, wanted: list[Target]) -> None:
+        """Keep the states of unchanged targets; start new ones afresh; drop the ones gone."""
+        desired: dict[str, Target] = {}
+        for target in wanted:
+            if target.name in desired:
+                log.warning("target name %r is used twice: the first one is kept", target.name)
+                continue
+            desired[target.name] = target
+        for name in list(self.targets):
+            if name not in desired or desired[name] != self.targets[name].target:
+                del self.targets[name]
+                self.health.forget(COLLECTOR, name)
+        for name, target in desired.items():
+            if name not in self.targets:
+                self.targets[name] = self._new_state(target)
 
     def _new_state(self, target: Target) -> TargetState:
         interval = self.settings.scrape_interval.seconds
@@ -97,6 +141,8 @@ class ServiceCollector:
         )
 
     async def collect(self) -> ServiceView:
+        if self._discover():
+            self._apply(self.static + (self.discovery.targets() if self.discovery else []))
         await asyncio.gather(*(self._scrape(state) for state in self.targets.values()))
         self.view = self.derive(self.wall())
         return self.view
