@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 
 from monitor import __version__
+from monitor.canary.collector import CanaryCollector
+from monitor.canary.render import render_canary
 from monitor.config import Settings
 from monitor.exporter import Renderer, TextWriter, make_registry, render_health, render_text
 from monitor.health import HealthBook
@@ -55,11 +57,16 @@ class Monitor:
         self.infra = InfraCollector(settings.infra, self.client, self.health, wall, load_nvml)
         self.jobs.append(Job("infra", settings.infra.interval.seconds, self.infra.collect))
         self.jobs.append(Job("retention", 3600.0, self.prune))
+        # canary: synthetic users through the OpenAI-compatible API; the job only dispatches due probes
+        self.canary = CanaryCollector(settings.canary, self.health, wall, service_view=lambda: self.service.view)
+        if settings.canary.probes:
+            self.jobs.append(Job("canary", self.canary.tick_seconds, self.canary.dispatch))
         renderers: list[Renderer] = [
             lambda: render_service(self.service.view),
             lambda: [render_objectives(self.service.view)],
             lambda: render_infra(self.infra.view),
             lambda: render_health(self.health),
+            lambda: render_canary(self.canary),
         ]
         self.registry = make_registry(renderers)
         self.writer = TextWriter()
@@ -95,6 +102,7 @@ class Monitor:
                     "targets": self.service.status(),
                 },
                 "infra": self.infra.status(),
+                "canary": self.canary.status(),
             },
             "collectors": [entry.as_dict() for entry in self.health.entries.values()],
             "recent_events": self.store.recent_events(20),
@@ -105,5 +113,6 @@ class Monitor:
 
     async def aclose(self) -> None:
         self.store.close()
+        await self.canary.aclose()
         await self.infra.aclose()
         await self.client.aclose()
