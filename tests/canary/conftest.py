@@ -52,11 +52,12 @@ def probe(name: str, base_url: str, **extra: Any) -> dict[str, Any]:
     return {"name": name, "base_url": base_url, "model": MODEL, "max_tokens": MAX_TOKENS, "timeout": "5s", **extra}
 
 
-def canary_monitor(probes: list[dict[str, Any]], targets: dict[str, str] | None = None, **canary: Any) -> Monitor:
+def canary_monitor(probes: list[dict[str, Any]], targets: dict[str, str] | None = None,
+                   service: dict[str, Any] | None = None, **canary: Any) -> Monitor:
     """A Monitor (no GPUs) with these probes and these service targets {name: metrics URL}."""
     settings = load_settings(None, {
         "infra": {"nvml": {"enabled": "false"}},
-        "service": {"targets": [{"name": n, "url": u} for n, u in (targets or {}).items()]},
+        "service": {"targets": [{"name": n, "url": u} for n, u in (targets or {}).items()], **(service or {})},
         "canary": {"probes": probes, **canary},
     })
     return Monitor(settings)
