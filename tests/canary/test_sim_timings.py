@@ -16,9 +16,12 @@ from __future__ import annotations
 import asyncio
 import re
 import statistics
+from pathlib import Path
 from typing import Any
 
+from bench.forwarder import Forwarder
 from monitor.canary.outcome import ProbeResult
+from monitor.catalog import CATALOG
 from monitor.runtime import Monitor
 from tests.canary.conftest import (
     MAX_TOKENS,
@@ -30,7 +33,7 @@ from tests.canary.conftest import (
     probe,
     samples,
 )
-from tests.canary.forwarder import Forwarder
+from tests.golden import assert_promtool_accepts, emitted_families
 
 TTFT_NOISE_S = 0.05
 TPOT_NOISE_S = 0.003
@@ -73,7 +76,7 @@ def test_measured_ttft_and_tpot_are_the_simulators_delays(start_sim) -> None:
     assert told_e2e <= e2e < told_e2e + TTFT_NOISE_S
 
 
-def test_slow_path_shows_as_the_gap_to_the_engines_ttft(start_sim) -> None:
+def test_slow_path_shows_as_the_gap_to_the_engines_ttft(start_sim, tmp_path: Path) -> None:
     # Told TTFT 0.175 s: every engine observation falls in vLLM's (0.1, 0.25] bucket, whose
     # histogram_quantile P50 is 0.175 however the observations spread inside it.
     sim = start_sim(exact_profile(0.175))
@@ -119,4 +122,9 @@ def test_slow_path_shows_as_the_gap_to_the_engines_ttft(start_sim) -> None:
     # Operators can leave the canary out of usage reports: the `user` field and the header.
     assert re.search(rb'"user":\s*"infermon-canary"', sent)
     assert re.search(rb"(?im)^x-infermon-canary: slow-path\r$", sent)
+    # The page: every canary family of the catalog, in a shape promtool accepts.
+    (tmp_path / "metrics.prom").write_bytes(page)
+    assert_promtool_accepts(tmp_path / "metrics.prom")
+    canary = {name for name in emitted_families(tmp_path / "metrics.prom") if name.startswith("inference_canary")}
+    assert canary == {name for name, d in CATALOG.items() if d.layer == "canary"}
 

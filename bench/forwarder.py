@@ -1,4 +1,4 @@
-"""A loopback TCP forwarder for tests: a slow or broken network path in front of a real server.
+"""A loopback TCP forwarder for tests and benchmarks: a slow or broken network path in front of a real server.
 
 Every byte, in either direction, is passed on `delay_s` after it arrived (a delay line: the
 order and the spacing of the bytes are kept, so a stream keeps its pace and only starts later).
