@@ -55,9 +55,15 @@ class Prober:
         except openai.APITimeoutError:
             seen.fail("timeout", f"the SDK timed out ({self.probe.timeout})")
         except openai.APIConnectionError as exc:
-            seen.fail(*_connection_failure(exc))
-        except (openai.OpenAIError, json.JSONDecodeError, ValueError, TypeError) as exc:
-            seen.fail("invalid", f"{type(exc).__name__}: {exc}")
+            seen.fail(*_transport_failure(exc))
+        except Exception as exc:
+            # SDKs before 2.x let a transport error in the middle of a stream through unwrapped.
+            if _is_transport(exc):
+                seen.fail(*_transport_failure(exc))
+            elif isinstance(exc, openai.OpenAIError | json.JSONDecodeError | ValueError):
+                seen.fail("invalid", f"{type(exc).__name__}: {exc}")
+            else:
+                raise  # a bug of ours: the canary's own health shows it
         seen.detail = self._scrub(seen.detail)
         return seen.observed()
 
@@ -138,8 +144,15 @@ def _message(exc: openai.APIStatusError) -> str:
     return type(exc).__name__
 
 
-def _connection_failure(exc: openai.APIConnectionError) -> tuple[Failure, str]:
-    """Refused (nobody listening, unreachable, no such host) or broken, from the cause chain."""
+_TRANSPORTS = frozenset({"httpx", "httpx2", "httpcore", "httpcore2", "h11", "anyio"})
+
+
+def _is_transport(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in _TRANSPORTS
+
+
+def _transport_failure(exc: BaseException) -> tuple[Failure, str]:
+    """Refused (nobody listening, unreachable, no such host), timed out or broken, from the cause chain."""
     causes: list[BaseException] = []
     cause: BaseException | None = exc
     while cause is not None and len(causes) < 8:
@@ -147,4 +160,6 @@ def _connection_failure(exc: openai.APIConnectionError) -> tuple[Failure, str]:
         cause = cause.__cause__ or cause.__context__
     reason = next((f"{type(c).__name__}: {c}" for c in reversed(causes) if str(c)), type(exc).__name__)
     connect_failed = any(isinstance(c, ConnectionRefusedError) or type(c).__name__ == "ConnectError" for c in causes)
-    return ("refused" if connect_failed else "connection"), reason
+    if connect_failed:
+        return "refused", reason
+    return ("timeout" if any("Timeout" in type(c).__name__ for c in causes) else "connection"), reason

@@ -124,3 +124,25 @@ def test_a_late_tick_skips_the_missed_slots_rather_than_bursting() -> None:
     asyncio.run(run())
     assert runners["p"].started == 2
     assert canary.probes["p"].due == 1100.0  # back on its own timetable
+
+
+class BrokenProbe(HeldProbe):
+    async def run(self) -> Observed:
+        raise RuntimeError("a bug in the prober")
+
+
+def test_a_broken_prober_is_the_canarys_own_failure() -> None:
+    settings = load_settings(None, {"canary": {"probes": [{"name": "p", "base_url": "http://127.0.0.1:9/v1",
+                                                           "model": "m"}]}})
+    health = HealthBook()
+    canary = CanaryCollector(settings.canary, health, make_runner=BrokenProbe)
+
+    async def run() -> object:
+        result = await canary.probe_once("p")
+        await canary.aclose()
+        return result
+
+    assert asyncio.run(run()) is None
+    entry = health.get("canary", "p")
+    assert entry.success is False and entry.error == "RuntimeError: a bug in the prober"
+    assert canary.probes["p"].last is None  # no probe result: no up, no numbers
