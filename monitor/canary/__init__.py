@@ -6,3 +6,5 @@ histograms are blind.
 probe.py: one probe's I/O (the openai SDK); outcome.py: pure classification and numbers;
 collector.py: scheduling and state; render.py: metric families.
 """
+
+CANARY_HEADER = "X-Infermon-Canary"  # on every probe request, value: the probe's name

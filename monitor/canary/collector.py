@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from monitor.canary import CANARY_HEADER
 from monitor.canary.outcome import OUTCOMES, Observed, Outcome, ProbeResult, judge, ttft_gap
-from monitor.canary.probe import CANARY_HEADER, Prober
 from monitor.config import CanaryProbe, CanarySettings
 from monitor.health import HealthBook
 from monitor.service.collector import ServiceView, safe_url
@@ -35,6 +35,13 @@ class ProbeRunner(Protocol):
 
 
 ProberFactory = Callable[[CanaryProbe, str], ProbeRunner]
+
+
+def sdk_prober(probe: CanaryProbe, user: str) -> ProbeRunner:
+    # Imported here: the openai SDK costs ~0.35 s and ~14 MB, paid only by a monitor with probes.
+    from monitor.canary.probe import Prober
+
+    return Prober(probe, user)
 
 
 @dataclass
@@ -59,7 +66,7 @@ class CanaryCollector:
         health: HealthBook,
         wall: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
-        make_runner: ProberFactory = Prober,
+        make_runner: ProberFactory = sdk_prober,
         service_view: Callable[[], ServiceView | None] = lambda: None,
     ) -> None:
         self.settings = settings

@@ -18,10 +18,10 @@ from typing import Any
 
 import openai
 
+from monitor.canary import CANARY_HEADER
 from monitor.canary.outcome import Failure, Observed
 from monitor.config import CanaryProbe
 
-CANARY_HEADER = "X-Infermon-Canary"
 NO_KEY = "EMPTY"  # what vLLM's docs pass when the server wants none; never OPENAI_API_KEY from our environment
 
 
