@@ -109,6 +109,14 @@ class CanaryCollector:
             return result
         return None
 
+    async def probe_all(self) -> dict[str, ProbeResult | None]:
+        """Every probe once, one after another (`infermon check`); one already running is awaited, not doubled."""
+        results: dict[str, ProbeResult | None] = {}
+        for name, state in self.probes.items():
+            running = state.task is not None and not state.task.done()
+            results[name] = await state.task if running and state.task is not None else await self.probe_once(name)
+        return results
+
     def _record(self, state: ProbeState, result: ProbeResult) -> None:
         previous = state.last
         state.last, state.last_at = result, self.wall()

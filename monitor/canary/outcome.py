@@ -131,3 +131,16 @@ def ttft_gap(client_ttft: float | None, engine_p50_ttft: float | None) -> float 
     if client_ttft is None or engine_p50_ttft is None:
         return None
     return client_ttft - engine_p50_ttft
+
+
+def describe_probe(result: ProbeResult | None) -> str:
+    """One line for a person: `ok, TTFT 0.052 s, TPOT 0.015 s, 32 tokens` or `FAILED: timeout (...)`."""
+    if result is None:
+        return "FAILED: the prober itself failed (see the log)"
+    if not result.ok:
+        return f"FAILED: {result.outcome} ({result.detail})"
+    numbers = [f"TTFT {result.ttft_seconds:.3f} s"] if result.ttft_seconds is not None else []
+    if result.tpot_seconds is not None:
+        numbers.append(f"TPOT {result.tpot_seconds:.3f} s")
+    numbers.append(f"{result.output_tokens} tokens")
+    return ", ".join(["ok", *numbers])

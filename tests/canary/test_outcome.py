@@ -66,3 +66,11 @@ def test_tpot_and_gap_edges() -> None:
     assert tpot(0.2, 0.5, 4) == pytest.approx(0.1)
     assert ttft_gap(0.3, 0.175) == pytest.approx(0.125)
     assert ttft_gap(None, 0.175) is None and ttft_gap(0.3, None) is None
+
+
+def test_describe_probe() -> None:
+    from monitor.canary.outcome import describe_probe
+
+    assert describe_probe(judge(DONE)) == "ok, TTFT 0.200 s, TPOT 0.020 s, 32 tokens"
+    assert describe_probe(judge(Observed(failure="refused", detail="nobody"))) == "FAILED: refused (nobody)"
+    assert describe_probe(None).startswith("FAILED: the prober itself failed")
