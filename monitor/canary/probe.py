@@ -64,7 +64,8 @@ class Prober:
                 seen.fail("invalid", f"{type(exc).__name__}: {exc}")
             else:
                 raise  # a bug of ours: the canary's own health shows it
-        seen.detail = self._scrub(seen.detail)
+        # An answer is shown (expect_mismatch) as well as a failure's reason: neither may carry the key.
+        seen.detail, seen.parts = self._scrub(seen.detail), [self._scrub("".join(seen.parts))]
         return seen.observed()
 
     async def _stream(self, seen: _Recording, started: float) -> None:
