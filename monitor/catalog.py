@@ -24,6 +24,7 @@ _SVC = ("target", "model", "window")
 _SVC_Q = (*_SVC, "quantile")
 _GPU = ("node", "gpu")
 _MIG = (*_GPU, "gpu_instance", "profile")
+_CANARY = ("probe", "model")
 
 CATALOG: dict[str, MetricDef] = {
     d.name: d
@@ -67,6 +68,15 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef("inference_gpu_mig_memory_total_bytes", "gauge", _MIG, "Memory of a MIG GPU instance.", "infra"),
         MetricDef("inference_gpu_mig_memory_used_ratio", "gauge", _MIG, "Memory used divided by memory total, per MIG GPU instance.", "infra"),
         MetricDef("inference_gpu_workload_info", "gauge", (*_GPU, "gpu_instance", "pod", "namespace", "container"), "The Kubernetes pod using the GPU (or MIG instance), from dcgm-exporter's labels.", "infra"),
+        # canary: per {probe, model}, what one synthetic user saw through the OpenAI-compatible API (the last probe)
+        MetricDef("inference_canary_up", "gauge", _CANARY, "1 if the last canary probe got a complete streamed answer that matched its `expect`; 0 on any failure.", "canary"),
+        MetricDef("inference_canary_ttft_seconds", "gauge", _CANARY, "Time to the first content token of the last probe, on the client's clock (network, gateway and engine).", "canary"),
+        MetricDef("inference_canary_tpot_seconds", "gauge", _CANARY, "Mean time per output token after the first, of the last probe, on the client's clock.", "canary"),
+        MetricDef("inference_canary_e2e_seconds", "gauge", _CANARY, "End-to-end time of the last probe whose stream completed, request sent to stream end.", "canary"),
+        MetricDef("inference_canary_output_tokens", "gauge", _CANARY, "Output tokens of the last probe (the stream's usage, else its content chunks).", "canary"),
+        MetricDef("inference_canary_probes_total", "counter", (*_CANARY, "outcome"), "Probes by outcome: ok, refused, timeout, rate_limited, http_4xx, http_5xx, connection_error, broken_stream, bad_response, empty_answer, expect_mismatch.", "canary"),
+        MetricDef("inference_canary_consecutive_failures", "gauge", _CANARY, "Probes failed in a row (0 after a good one).", "canary"),
+        MetricDef("inference_canary_ttft_gap_seconds", "gauge", (*_CANARY, "target"), "Client TTFT of the last probe minus the engine's own P50 TTFT for the probe's target over the gap window: what the path in front of the engine adds.", "canary"),
         # self
         MetricDef("inference_monitor_collector_success", "gauge", ("collector", "target"), "1 if the collector's last run succeeded.", "self"),
         MetricDef("inference_monitor_collector_duration_seconds", "gauge", ("collector", "target"), "Duration of the collector's last run.", "self"),

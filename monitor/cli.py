@@ -31,6 +31,9 @@ def _logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # httpx logs every request at INFO: one line per target per scrape would drown ours.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
+    logging.getLogger("httpx2").setLevel(max(logging.WARNING, logging.getLogger().level))  # the openai SDK's
+    # APScheduler logs two INFO lines per job run: the canary's dispatcher ticks every second.
+    logging.getLogger("apscheduler.executors").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 @app.command()
@@ -64,7 +67,8 @@ def demo(
 
 @app.command()
 def check(config: ConfigOption = None) -> None:
-    """Validate the configuration and scrape every target once."""
+    """Validate the configuration, scrape every target and run every canary probe once."""
+    from monitor.canary.outcome import describe_probe
     from monitor.runtime import Monitor
 
     settings = _settings(config)
@@ -74,6 +78,7 @@ def check(config: ConfigOption = None) -> None:
         monitor = Monitor(settings)
         try:
             await monitor.run_once()
+            canaries = await monitor.canary.probe_all()
         finally:
             await monitor.aclose()
         all_up = True
@@ -81,6 +86,10 @@ def check(config: ConfigOption = None) -> None:
             state = f"up, {row['engine']} {row['generation']}" if row["up"] else f"DOWN: {row['error']}"
             all_up = all_up and bool(row["up"])
             typer.echo(f"  {row['name']:<20} {row['url']}  {state}")
+        for name, result in canaries.items():
+            ok = result is not None and result.ok
+            all_up = all_up and ok
+            typer.echo(f"  canary {name:<13} {describe_probe(result)}")
         return all_up
 
     if not asyncio.run(probe()):

@@ -6,13 +6,23 @@ the key and the reason (`ConfigError`), never later inside a collector.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import core_schema
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -232,6 +242,12 @@ class Settings(BaseSettings):
     storage: StorageSettings = Field(default_factory=StorageSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     alerting: AlertingSettings = Field(default_factory=AlertingSettings)
+    canary: CanarySettings = Field(default_factory=lambda: CanarySettings())
+
+    @model_validator(mode="after")
+    def _canary_references(self) -> Settings:
+        check_canary_references(self.canary, self.service)
+        return self
 
     @classmethod
     def settings_customise_sources(
@@ -283,3 +299,82 @@ def _describe(exc: ValidationError, path: str | Path | None) -> str:
             reason = "unknown key"
         lines.append(f"{where}{key}: {reason}")
     return "\n".join(lines)
+
+
+# ---- canary (issue #13): streaming probes through the OpenAI-compatible API ------------------
+
+
+class CanaryProbe(_Section):
+    """One synthetic user: a small streaming chat completion every `interval`."""
+
+    name: str = Field(min_length=1, description="Label value `probe` on every canary series")
+    base_url: str = Field(description="The OpenAI-compatible API as clients call it, e.g. http://10.0.0.5:8000/v1")
+    model: str = Field(min_length=1, description="Model to ask (label `model`)")
+    interval: Duration = Field(Duration("60s"), description="One probe per interval (never two at once)")
+    timeout: Duration = Field(Duration("30s"), description="Deadline for the whole probe, first byte to last token")
+    api_key_env: str | None = Field(None, description="Environment variable holding the API key (never logged)")
+    prompt: str = Field("Say hello in five words.", min_length=1)
+    max_tokens: int = Field(32, ge=1, le=4096, description="A small answer: the probe costs one short request")
+    expect: str | None = Field(None, description="Regular expression (a plain word is one) the answer must contain")
+    target: str | None = Field(None, description="The service target it reaches (for the TTFT gap)")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_base(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"not an http(s) URL: {value!r}")
+        return value.rstrip("/")
+
+    @field_validator("expect")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_present(cls, value: str | None) -> str | None:
+        # Checked at start-up, so a missing key is a configuration error, not a failing probe.
+        if value is not None and not os.environ.get(value):
+            raise ValueError(f"environment variable {value} is not set")
+        return value
+
+    @model_validator(mode="after")
+    def _timeout_fits(self) -> CanaryProbe:
+        if self.timeout.seconds > self.interval.seconds:
+            raise ValueError(f"timeout {self.timeout} is longer than interval {self.interval}: probes would overlap")
+        return self
+
+
+class CanarySettings(_Section):
+    probes: list[CanaryProbe] = Field(default_factory=list)
+    user: str = Field("infermon-canary", min_length=1,
+                      description="The OpenAI `user` field of every probe (exclude it from usage reports)")
+    gap_window: Duration | None = Field(None, description="Window of the engine's P50 TTFT (default: the shortest)")
+
+    @field_validator("probes")
+    @classmethod
+    def _unique_probes(cls, value: list[CanaryProbe]) -> list[CanaryProbe]:
+        names = [p.name for p in value]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate probe names: {duplicates}")
+        return value
+
+
+def check_canary_references(canary: CanarySettings, service: ServiceSettings) -> None:
+    """Probe targets name service targets; the gap window is one of the service windows."""
+    known = [t.name for t in service.targets]
+    for i, probe in enumerate(canary.probes):
+        if probe.target is not None and probe.target not in known:
+            raise ValueError(f"canary.probes.{i}.target: no service target named {probe.target!r} (known: {known})")
+    windows = [w.text for w in service.windows]
+    if canary.gap_window is not None and canary.gap_window not in service.windows:
+        raise ValueError(f"canary.gap_window: {canary.gap_window} is not one of service.windows {windows}")
+
+
+Settings.model_rebuild()  # `canary` is declared above its section's classes

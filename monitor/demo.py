@@ -20,7 +20,7 @@ import uvicorn
 from monitor.app import create_app
 from monitor.config import Settings, load_settings
 from monitor.runtime import Monitor
-from monitor.sim.engine import SimulatedEngine
+from monitor.sim.engine import DEFAULT_MODEL, SimulatedEngine
 from monitor.sim.faults import demo_schedule
 from monitor.sim.load import LoadConfig, run_load
 from monitor.sim.server import serve
@@ -44,6 +44,10 @@ def demo_settings(sim_url: str, port: int, extra: dict[str, Any] | None = None) 
         "storage": {"url": "sqlite:///./infermon-demo.db"},
         # No GPU needed: a real H200 recording (idle, burn, memory fill, 30 % duty) plays in a loop.
         "infra": {"interval": "5s", "replay": {"file": str(DEMO_TRACE)}, "node": "demo-h200"},
+        # The canary: a synthetic user streaming through the simulator's OpenAI API, next to its own numbers.
+        "canary": {"probes": [{"name": "demo-chat", "base_url": f"{sim_url}/v1", "model": DEFAULT_MODEL,
+                               "interval": "15s", "timeout": "10s", "target": "vllm-sim",
+                               "expect": "simulated"}]},
     }
     for section, values in (extra or {}).items():
         sections.setdefault(section, {}).update(values)
@@ -95,6 +99,7 @@ inference-monitor demo (the engine is a SIMULATOR of a vLLM server, driven at {D
   status    http://127.0.0.1:{port}/api/v1/status
   simulator {sim_url}/metrics   (OpenAI API at {sim_url}/v1)
   GPU       a replayed NVML recording of a real H200 (inference_gpu_*)
+  canary    one streamed chat every 15 s through the simulator's API (inference_canary_*)
 Numbers appear within ~15 s; faults (latency spike, error burst, slow decode, KV pressure)
 cycle every 10 minutes. Ctrl-C stops.
 """, flush=True)

@@ -17,6 +17,8 @@ import httpx
 from prometheus_client.core import Metric
 
 from monitor import __version__
+from monitor.canary.collector import CanaryCollector
+from monitor.canary.render import render_canary
 from monitor.catalog import family
 from monitor.config import ConfigError, ServiceSettings, Settings, load_settings
 from monitor.exporter import Renderer, TextWriter, make_registry, render_health, render_text
@@ -85,12 +87,17 @@ class Monitor:
         self.infra = InfraCollector(settings.infra, self.client, self.health, wall, load_nvml)
         self.jobs.append(Job("infra", settings.infra.interval.seconds, self.infra.collect))
         self.jobs.append(Job("retention", 3600.0, self.prune))
+        # canary: synthetic users through the OpenAI-compatible API; the job only dispatches due probes
+        self.canary = CanaryCollector(settings.canary, self.health, wall, service_view=lambda: self.service.view)
+        if settings.canary.probes:
+            self.jobs.append(Job("canary", self.canary.tick_seconds, self.canary.dispatch))
         renderers: list[Renderer] = [
             lambda: render_service(self.service.view),
             lambda: [render_objectives(self.service.view)],
             lambda: render_infra(self.infra.view),
             lambda: render_health(self.health),
             lambda: render_reload(self.reloads),
+            lambda: render_canary(self.canary),
         ]
         self.registry = make_registry(renderers)
         self.writer = TextWriter()
@@ -127,6 +134,7 @@ class Monitor:
                     "file_sd": self.service.discovery.status() if self.service.discovery else None,
                 },
                 "infra": self.infra.status(),
+                "canary": self.canary.status(),
             },
             "config": {"file": str(self.config_path) if self.config_path else None,
                        "last_reload_successful": self.reloads.successful, "last_reload": self.reloads.at,
@@ -163,5 +171,6 @@ class Monitor:
 
     async def aclose(self) -> None:
         self.store.close()
+        await self.canary.aclose()
         await self.infra.aclose()
         await self.client.aclose()

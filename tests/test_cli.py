@@ -101,7 +101,9 @@ def test_demo_shows_service_numbers(tmp_path: Path) -> None:
     try:
         wait_for(f"http://127.0.0.1:{port}/healthz")
         wanted = ['inference_ttft_seconds{model="meta-llama/Llama-3.1-8B-Instruct",quantile="0.99",target="vllm-sim"',
-                  "inference_requests_per_second{", "inference_kv_cache_usage_ratio{"]
+                  "inference_requests_per_second{", "inference_kv_cache_usage_ratio{",
+                  'inference_canary_up{model="meta-llama/Llama-3.1-8B-Instruct",probe="demo-chat"} 1.0',
+                  'inference_canary_ttft_gap_seconds{model="meta-llama/Llama-3.1-8B-Instruct",probe="demo-chat"']
         deadline = time.monotonic() + 30
         while True:
             text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
