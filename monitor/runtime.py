@@ -15,6 +15,8 @@ import httpx
 
 from monitor import __version__
 from monitor.config import Settings
+from monitor.cost.collector import CostCollector
+from monitor.cost.render import render_cost
 from monitor.exporter import Renderer, TextWriter, make_registry, render_health, render_text
 from monitor.health import HealthBook
 from monitor.infra.collector import InfraCollector, import_pynvml
@@ -55,11 +57,15 @@ class Monitor:
         self.infra = InfraCollector(settings.infra, self.client, self.health, wall, load_nvml)
         self.jobs.append(Job("infra", settings.infra.interval.seconds, self.infra.collect))
         self.jobs.append(Job("retention", 3600.0, self.prune))
+        # cost: after service and infra in each run_once, on the service's interval when scheduled
+        self.cost = CostCollector(settings, self.service, self.infra, self.health, self.store, wall)
+        self.jobs.append(Job("cost", settings.service.scrape_interval.seconds, self.cost.collect))
         renderers: list[Renderer] = [
             lambda: render_service(self.service.view),
             lambda: [render_objectives(self.service.view)],
             lambda: render_infra(self.infra.view),
             lambda: render_health(self.health),
+            lambda: render_cost(self.cost.view),
         ]
         self.registry = make_registry(renderers)
         self.writer = TextWriter()
@@ -95,7 +101,9 @@ class Monitor:
                     "targets": self.service.status(),
                 },
                 "infra": self.infra.status(),
+                "cost": self.cost.status(),
             },
+            "topology": self.cost.view.topology.as_dict(),
             "collectors": [entry.as_dict() for entry in self.health.entries.values()],
             "recent_events": self.store.recent_events(20),
         }

@@ -18,6 +18,7 @@ from monitor.config import ServiceSettings, Target
 from monitor.health import HealthBook
 from monitor.promtext import PageError, Parser, check_text
 from monitor.service.derive import (
+    LENGTH_HISTOGRAMS,
     Objectives,
     Rates,
     Window,
@@ -149,7 +150,8 @@ class ServiceCollector:
         state.latest = snap
         state.store.append(snap)
         generation = snap.counters.get("generation_tokens") or {}
-        state.baseline.append(Snapshot(ts=snap.ts, counters={"generation_tokens": generation}))
+        lengths = {metric: snap.buckets[metric] for metric in LENGTH_HISTOGRAMS if metric in snap.buckets}
+        state.baseline.append(Snapshot(ts=snap.ts, counters={"generation_tokens": generation}, buckets=lengths))
 
     def derive(self, now: float) -> ServiceView:
         view = ServiceView(ts=now, windows=self.windows, objectives=self.objectives)
