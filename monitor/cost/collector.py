@@ -61,6 +61,7 @@ class CostCollector:
         self.windows = {w.text: w.seconds for w in settings.service.windows}
         self.baseline_seconds = settings.service.baseline_window.seconds
         self.history = SpendHistory(max(self.windows.values()) + self.baseline_seconds)
+        self.started: float | None = None  # the first tick with GPUs to price
         self.ledger = CostLedger(store.engine)
         self.totals: dict[str, Running] = self.ledger.totals()  # where the last process left off
         self.days: dict[tuple[str, str], float] = {}
@@ -91,7 +92,9 @@ class CostCollector:
         numbers = derive_costs(gpus, self.prices, topology, self.target_models, self.service.view,
                                self.settings.expensive_factor)
         numbers.baseline_ratio = baseline_ratios(numbers, self.history, now, self.windows, self.baseline_seconds)
-        self.history.add(now, numbers)
+        if self.started is None:
+            self.started = now
+        self.history.add(now, numbers, {label: self.started + seconds for label, seconds in self.windows.items()})
         self._warn_unpriced(numbers)
         self._accrue(now, numbers)
         day = _day(now, self.zone)

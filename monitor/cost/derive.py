@@ -183,10 +183,12 @@ class SpendHistory:
         self.keep = keep_seconds
         self.samples: dict[tuple[str, str], deque[tuple[float, float, float]]] = {}
 
-    def add(self, ts: float, numbers: CostNumbers) -> None:
+    def add(self, ts: float, numbers: CostNumbers, full_from: Mapping[str, float] | None = None) -> None:
+        """Remember this tick; a window's rates count once it is `full_from[window]`: until the monitor
+        has watched for a whole window, its rates cover only part of it and read low."""
         for (model, window), (generated, _) in numbers.throughput.items():
             spend = numbers.by_model.get(model)
-            if spend is None:
+            if spend is None or ts < (full_from or {}).get(window, ts):
                 continue
             line = self.samples.setdefault((model, window), deque())
             line.append((ts, spend, generated))
