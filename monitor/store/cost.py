@@ -7,10 +7,11 @@ no interval is counted twice, none is skipped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Float, String, select
+from sqlalchemy import Float, String, insert, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
@@ -59,10 +60,26 @@ class CostLedger:
             return {row.scope: row.usd for row in session.scalars(select(CostDay).where(CostDay.day == day))}
 
     def save(self, totals: Mapping[str, Running], days: Mapping[tuple[str, str], float]) -> None:
-        """Write the totals and the day sums (absolute values) in one transaction."""
+        """Write the totals and the day sums (absolute values) in one transaction, in bulk."""
+        total_rows = [{"scope": scope, "usd": r.usd, "updated_ts": r.updated_ts, "usd_per_hour": r.usd_per_hour}
+                      for scope, r in totals.items()]
+        day_rows = [{"day": day, "scope": scope, "usd": usd} for (day, scope), usd in days.items()]
         with Session(self.engine) as session, session.begin():
-            for scope, running in totals.items():
-                session.merge(CostTotal(scope=scope, usd=running.usd, updated_ts=running.updated_ts,
-                                        usd_per_hour=running.usd_per_hour))
-            for (day, scope), usd in days.items():
-                session.merge(CostDay(day=day, scope=scope, usd=usd))
+            stored = set(session.scalars(select(CostTotal.scope)))
+            _upsert(session, CostTotal, total_rows, lambda row: row["scope"] in stored)
+            if day_rows:
+                wanted = {row["day"] for row in day_rows}
+                stored_days = set(session.execute(select(CostDay.day, CostDay.scope).where(CostDay.day.in_(wanted))))
+                _upsert(session, CostDay, day_rows, lambda row: (row["day"], row["scope"]) in stored_days)
+
+
+def _upsert(
+    session: Session, table: type[Base], rows: list[dict[str, Any]], exists: Callable[[dict[str, Any]], bool]
+) -> None:
+    # ORM bulk UPDATE by primary key and bulk INSERT: two statements, on SQLite and PostgreSQL alike.
+    updates = [row for row in rows if exists(row)]
+    inserts = [row for row in rows if not exists(row)]
+    if updates:
+        session.execute(update(table), updates)
+    if inserts:
+        session.execute(insert(table), inserts)
