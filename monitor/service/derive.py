@@ -145,31 +145,36 @@ def fleet_rates(per_target: Iterable[dict[str, Rates]]) -> dict[str, Rates]:
     """Sum per-target rates by model; buckets only on the bounds that every target has."""
     fleet: dict[str, Rates] = {}
     bounds: dict[tuple[str, str], set[float]] = {}
+    baseline_bounds: dict[tuple[str, str], set[float]] = {}
     for target in per_target:
         for model, rates in target.items():
             total = fleet.setdefault(model, Rates())
             for metric, value in rates.counters.items():
                 total.counters[metric] = total.counters.get(metric, 0.0) + value
-            _sum_buckets(total.buckets, rates.buckets, bounds, model, "")
-            _sum_buckets(total.baseline_buckets, rates.baseline_buckets, bounds, model, "baseline ")
+            _sum_buckets(total.buckets, rates.buckets, bounds, model)
+            _sum_buckets(total.baseline_buckets, rates.baseline_buckets, baseline_bounds, model)
             total.http_errors = _add(total.http_errors, rates.http_errors)
             total.http_all = _add(total.http_all, rates.http_all)
             total.baseline_generation = _add(total.baseline_generation, rates.baseline_generation)
     for (model, metric), shared in bounds.items():
-        holder = fleet[model].baseline_buckets if metric.startswith("baseline ") else fleet[model].buckets
-        name = metric.removeprefix("baseline ")
-        holder[name] = {le: v for le, v in holder[name].items() if le in shared}
+        _keep_shared(fleet[model].buckets, metric, shared)
+    for (model, metric), shared in baseline_bounds.items():
+        _keep_shared(fleet[model].baseline_buckets, metric, shared)
     return fleet
 
 
 def _sum_buckets(total: dict[str, LeRates], add: dict[str, LeRates], bounds: dict[tuple[str, str], set[float]],
-                 model: str, prefix: str) -> None:
+                 model: str) -> None:
     for metric, le_rates in add.items():
-        shared = bounds.setdefault((model, prefix + metric), set(le_rates))
+        shared = bounds.setdefault((model, metric), set(le_rates))
         shared &= set(le_rates)
         summed = total.setdefault(metric, {})
         for le, value in le_rates.items():
             summed[le] = summed.get(le, 0.0) + value
+
+
+def _keep_shared(buckets: dict[str, LeRates], metric: str, shared: set[float]) -> None:
+    buckets[metric] = {le: v for le, v in buckets[metric].items() if le in shared}
 
 
 def _error_ratio(rates: Rates) -> float | None:

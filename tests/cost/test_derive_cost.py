@@ -128,3 +128,19 @@ def test_split_by_day_cuts_at_local_midnight() -> None:
     start = 1_767_282_000.0  # 2026-01-01 15:40:00 UTC = 23:40 in Shanghai
     assert split_by_day(start, start + 3600, shanghai) == [("2026-01-01", 1200.0), ("2026-01-02", 2400.0)]
     assert split_by_day(start, start + 3600, ZoneInfo("UTC")) == [("2026-01-01", 3600.0)]
+
+
+def test_fleet_sums_request_length_buckets_on_shared_bounds_for_window_and_baseline() -> None:
+    from monitor.service.derive import Rates, fleet_rates, stats_from_rates
+
+    inf = float("inf")
+    a = Rates(buckets={"prompt_len": {100.0: 1.0, 500.0: 2.0, inf: 2.0}},
+              baseline_buckets={"prompt_len": {100.0: 3.0, 500.0: 4.0, inf: 4.0}})
+    b = Rates(buckets={"prompt_len": {100.0: 1.0, 200.0: 1.5, 500.0: 2.0, inf: 2.0}},
+              baseline_buckets={"prompt_len": {100.0: 1.0, 250.0: 1.0, 500.0: 1.0, inf: 1.0}})
+    fleet = fleet_rates([{"m": a}, {"m": b}])["m"]
+    assert fleet.buckets == {"prompt_len": {100.0: 2.0, 500.0: 4.0, inf: 4.0}}
+    assert fleet.baseline_buckets == {"prompt_len": {100.0: 4.0, 500.0: 5.0, inf: 5.0}}
+    stats = stats_from_rates(fleet, Objectives())
+    assert stats.lengths == fleet.buckets and stats.baseline_lengths == fleet.baseline_buckets
+    assert "prompt_len" not in stats.quantiles  # lengths are not exported as summaries
