@@ -3,6 +3,7 @@
 Each total keeps the time it was brought up to and the spend rate at that time, so the next
 tick (in this process or the next one, after a restart) adds rate x elapsed from exactly there:
 no interval is counted twice, none is skipped.
+One monitor process accrues: two replicas sharing one database would each add the same spend.
 """
 
 from __future__ import annotations
