@@ -63,8 +63,6 @@ class CostCollector:
         self.history = SpendHistory(max(self.windows.values()) + self.baseline_seconds)
         self.started: float | None = None  # the first tick with GPUs to price
         self.ledger = CostLedger(store.engine)
-        self.totals: dict[str, Running] = self.ledger.totals()  # where the last process left off
-        self.days: dict[tuple[str, str], float] = {}
         self.target_models: dict[str, frozenset[str]] = {}  # last models seen on each target
         self.last_pods: dict[GpuKey, Pods] = {}
         self.warned: set[tuple[str, str, str]] = set()
@@ -96,14 +94,14 @@ class CostCollector:
             self.started = now
         self.history.add(now, numbers, {label: self.started + seconds for label, seconds in self.windows.items()})
         self._warn_unpriced(numbers)
-        self._accrue(now, numbers)
         day = _day(now, self.zone)
+        totals, today = self._accrue(now, numbers, day)
         exported = {FLEET, IDLE, *(f"target:{t}" for t in topology.by_target),
                     *(f"model:{m}" for models in self.target_models.values() for m in models)}
         return CostView(
             ts=now, present=True, numbers=numbers, topology=topology,
-            totals={scope: r.usd for scope, r in self.totals.items() if scope in exported},
-            day=day, today={scope: self._day_total(day, scope) for scope in (FLEET, IDLE)},
+            totals={scope: usd for scope, usd in totals.items() if scope in exported},
+            day=day, today=today,
             budget_usd=self.settings.daily_budget_usd,
         )
 
@@ -115,21 +113,11 @@ class CostCollector:
                 log.warning("GPU %s/%s (%r) has no price: its spend is not counted; add it to cost.gpu_prices",
                             cost.gpu.node, cost.gpu.gpu, cost.gpu.model or "model unknown")
 
-    def _accrue(self, now: float, numbers: CostNumbers) -> None:
+    def _accrue(self, now: float, numbers: CostNumbers, day: str) -> tuple[dict[str, float], dict[str, float]]:
         rates: dict[str, float | None] = {FLEET: numbers.usd_per_hour, IDLE: numbers.idle_usd_per_hour}
         rates.update({f"target:{t}": usd for t, usd in numbers.by_target.items()})
         rates.update({f"model:{m}": usd for m, usd in numbers.by_model.items()})
-        changed_days: dict[tuple[str, str], float] = {}
-        for scope in sorted(set(self.totals) | {s for s, r in rates.items() if r is not None}):
-            running = self.totals.setdefault(scope, Running(0.0, now, None))
-            for day, usd in self._spent(scope, running, now):
-                running.usd += usd
-                if scope in (FLEET, IDLE):
-                    changed_days[(day, scope)] = self._day_total(day, scope) + usd
-            running.updated_ts = max(running.updated_ts, now)  # a clock stepping back counts nothing twice
-            running.usd_per_hour = rates.get(scope)
-        self.days.update(changed_days)
-        self.ledger.save(self.totals, changed_days)
+        return self.ledger.accrue(now, rates, self._spent, frozenset((FLEET, IDLE)), day)
 
     def _spent(self, scope: str, running: Running, now: float) -> list[tuple[str, float]]:
         """What `scope` spent since its total was last brought up to date, per local day."""
@@ -143,15 +131,6 @@ class CostCollector:
             return []
         rate = running.usd_per_hour
         return [(day, rate * seconds / 3600.0) for day, seconds in split_by_day(running.updated_ts, now, self.zone)]
-
-    def _day_total(self, day: str, scope: str) -> float:
-        if (day, scope) not in self.days:
-            if len(self.days) > 64:
-                self.days.clear()  # old days: the database has them
-            stored = self.ledger.day(day)
-            for name in (FLEET, IDLE):
-                self.days[(day, name)] = stored.get(name, 0.0)
-        return self.days[(day, scope)]
 
     def status(self) -> dict[str, object]:
         return {"present": self.view.present, "last_derivation": self.view.ts,

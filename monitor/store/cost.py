@@ -1,18 +1,16 @@
 """Cumulative spend: one running total per scope and one per local day, written each cost tick.
 
 Each total keeps the time it was brought up to and the spend rate at that time, so the next
-tick (in this process or the next one, after a restart) adds rate x elapsed from exactly there:
-no interval is counted twice, none is skipped.
-One monitor process accrues: two replicas sharing one database would each add the same spend.
+tick (in this process, the next one after a restart, or another replica on the same database)
+adds rate x elapsed from exactly there: no interval is counted twice, none is skipped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import Float, String, insert, select, update
+from sqlalchemy import Float, String, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
@@ -47,40 +45,43 @@ class Running:
     usd_per_hour: float | None
 
 
+Spent = Callable[[str, Running, float], list[tuple[str, float]]]
+"""(scope, its total as stored, now) -> what it spent since, as (local day, USD) pieces"""
+
+
 class CostLedger:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def totals(self) -> dict[str, Running]:
-        with Session(self.engine) as session:
-            return {row.scope: Running(row.usd, row.updated_ts, row.usd_per_hour)
-                    for row in session.scalars(select(CostTotal))}
+    def accrue(self, now: float, rates: Mapping[str, float | None], spent: Spent, daily: frozenset[str],
+               today: str) -> tuple[dict[str, float], dict[str, float]]:
+        """Bring every total up to `now` from where the database says it stands, and set the rates
+        that hold from now on. One transaction, rows locked (PostgreSQL; SQLite serialises writers),
+        so neither a restart nor a second replica ever counts an interval twice.
 
-    def day(self, day: str) -> dict[str, float]:
-        with Session(self.engine) as session:
-            return {row.scope: row.usd for row in session.scalars(select(CostDay).where(CostDay.day == day))}
-
-    def save(self, totals: Mapping[str, Running], days: Mapping[tuple[str, str], float]) -> None:
-        """Write the totals and the day sums (absolute values) in one transaction, in bulk."""
-        total_rows = [{"scope": scope, "usd": r.usd, "updated_ts": r.updated_ts, "usd_per_hour": r.usd_per_hour}
-                      for scope, r in totals.items()]
-        day_rows = [{"day": day, "scope": scope, "usd": usd} for (day, scope), usd in days.items()]
+        Returns every scope's total and today's sums of the `daily` scopes.
+        """
         with Session(self.engine) as session, session.begin():
-            stored = set(session.scalars(select(CostTotal.scope)))
-            _upsert(session, CostTotal, total_rows, lambda row: row["scope"] in stored)
-            if day_rows:
-                wanted = {row["day"] for row in day_rows}
-                stored_days = set(session.execute(select(CostDay.day, CostDay.scope).where(CostDay.day.in_(wanted))))
-                _upsert(session, CostDay, day_rows, lambda row: (row["day"], row["scope"]) in stored_days)
-
-
-def _upsert(
-    session: Session, table: type[Base], rows: list[dict[str, Any]], exists: Callable[[dict[str, Any]], bool]
-) -> None:
-    # ORM bulk UPDATE by primary key and bulk INSERT: two statements, on SQLite and PostgreSQL alike.
-    updates = [row for row in rows if exists(row)]
-    inserts = [row for row in rows if not exists(row)]
-    if updates:
-        session.execute(update(table), updates)
-    if inserts:
-        session.execute(insert(table), inserts)
+            rows = {row.scope: row for row in session.scalars(select(CostTotal).with_for_update())}
+            added: dict[tuple[str, str], float] = {}
+            for scope in sorted(set(rows) | {s for s, rate in rates.items() if rate is not None}):
+                row = rows.get(scope)
+                if row is None:
+                    row = rows[scope] = CostTotal(scope=scope, usd=0.0, updated_ts=now, usd_per_hour=None)
+                    session.add(row)
+                for day, usd in spent(scope, Running(row.usd, row.updated_ts, row.usd_per_hour), now):
+                    row.usd += usd
+                    if scope in daily:
+                        added[(day, scope)] = added.get((day, scope), 0.0) + usd
+                row.updated_ts = max(row.updated_ts, now)  # a clock stepping back counts nothing twice
+                row.usd_per_hour = rates.get(scope)
+            days = {today} | {day for day, _ in added}
+            stored = {(d.day, d.scope): d for d in
+                      session.scalars(select(CostDay).where(CostDay.day.in_(days)).with_for_update())}
+            for (day, scope), usd in added.items():
+                if (day, scope) not in stored:
+                    stored[(day, scope)] = CostDay(day=day, scope=scope, usd=0.0)
+                    session.add(stored[(day, scope)])
+                stored[(day, scope)].usd += usd
+            totals = {scope: row.usd for scope, row in rows.items()}
+            return totals, {scope: row.usd for (day, scope), row in stored.items() if day == today}

@@ -94,3 +94,27 @@ def test_the_budget_day_ends_at_local_midnight(tmp_path: Path, monkeypatch: pyte
     # UTC days end elsewhere: the same ticks in one UTC day.
     utc = run(settings(tmp_path / "utc", timezone="UTC"), [midnight - 120 + 30 * i for i in range(9)])
     assert utc[8]["inference_cost_today_usd"] == pytest.approx(RATE * 240 / 3600)
+
+
+def test_two_replicas_on_one_database_count_each_interval_once(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INFERMON_STORAGE__URL")
+    config = settings(tmp_path)
+    clock = [NOON]
+
+    async def go() -> list[float]:
+        replicas = [Monitor(config, wall=lambda: clock[0]), Monitor(config, wall=lambda: clock[0])]
+        totals = []
+        try:
+            for i in range(12):  # the two replicas tick in turn, 15 s apart
+                clock[0] = NOON + 15 * i
+                monitor = replicas[i % 2]
+                await monitor.run_once()
+                totals.append(value(samples(monitor.metrics_text().decode()), "inference_cost_usd_total"))
+        finally:
+            for monitor in replicas:
+                await monitor.aclose()
+        return totals
+
+    totals = asyncio.run(go())
+    assert totals == pytest.approx([RATE * 15 * i / 3600 for i in range(12)])
