@@ -52,6 +52,8 @@ def run(ticks: int, server: PageServer) -> tuple[list[Samples], Monitor]:
         "infra": {"nvml": {"enabled": "false"}, "dcgm": {"targets": [
             {"name": "node-1", "url": server.url("/dcgm48")}, {"name": "node-2", "url": server.url("/dcgm49")}]}},
         "cost": {"daily_budget_usd": 100},
+        # In memory: the module-scoped fixture runs before the tests' autouse in-memory store does.
+        "storage": {"url": "sqlite://"},
     })
     clock = [T0]
 
