@@ -16,6 +16,7 @@ from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from monitor.cost.report import cost_report
 from monitor.runtime import Job, Monitor
 
 log = logging.getLogger("monitor.app")
@@ -57,6 +58,10 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     @app.get("/api/v1/status")
     async def status() -> dict[str, object]:
         return monitor.status()
+
+    @app.get("/api/v1/cost")
+    async def cost() -> dict[str, object]:
+        return cost_report(monitor.cost)
 
     return app
 

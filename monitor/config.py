@@ -104,6 +104,26 @@ class Target(_Section):
         return value
 
 
+class ServiceTarget(Target):
+    """A serving-engine target; `node`/`gpus`/`pod` say which GPUs serve it (monitor/topology.py)."""
+
+    node: str | None = Field(None, description="Node of the GPUs serving it (default: infra.node when gpus is set)")
+    gpus: list[int] | None = Field(None, description="GPU indices on `node` serving it (default: all of the node)")
+    pod: str | None = Field(None, description="Kubernetes pod name or glob (vllm-a-*) whose GPUs dcgm-exporter labels")
+    namespace: str | None = Field(None, description="Kubernetes namespace the pod must be in")
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_indices(cls, value: list[int] | None) -> list[int] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("an empty list serves nothing: leave gpus out for the whole node")
+        if any(index < 0 for index in value) or len(set(value)) != len(value):
+            raise ValueError(f"GPU indices must be distinct and >= 0: {value}")
+        return value
+
+
 class SloSettings(_Section):
     ttft: Duration = Field(Duration("200ms"), description="Real-time chat objective for TTFT")
     tpot: Duration = Field(Duration("50ms"), description="Real-time chat objective for TPOT")
@@ -115,7 +135,7 @@ class ServiceSettings(_Section):
     windows: list[Duration] = Field(default_factory=lambda: [Duration("1m"), Duration("5m")])
     baseline_window: Duration = Field(Duration("1h"), description="Trailing throughput baseline")
     max_page_bytes: int = Field(10_000_000, gt=0, description="Larger pages fail the scrape")
-    targets: list[Target] = Field(default_factory=list)
+    targets: list[ServiceTarget] = Field(default_factory=list)
     file_sd: list[str] = Field(
         default_factory=list, description="Prometheus file_sd files (JSON/YAML, globs allowed), followed live"
     )
@@ -231,6 +251,66 @@ class AlertingSettings(_Section):
         return value
 
 
+class Price(_Section):
+    """A price per GPU-hour, in exactly one currency."""
+
+    usd_per_hour: float | None = Field(None, ge=0)
+    cny_per_hour: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_currency(self) -> Price:
+        if (self.usd_per_hour is None) == (self.cny_per_hour is None):
+            raise ValueError("give exactly one of usd_per_hour, cny_per_hour")
+        return self
+
+
+class StaticGpus(_Section):
+    """GPUs the monitor cannot see (no NVML, no dcgm-exporter) but pays for."""
+
+    model: str = Field(min_length=1, description="Model name as NVML reports it, e.g. NVIDIA H200")
+    count: int = Field(ge=1, le=4096)
+    node: str = Field(min_length=1)
+
+
+class CostSettings(_Section):
+    currency: Literal["USD", "CNY"] = Field("USD", description="Reporting currency of /api/v1/cost (metrics stay USD)")
+    cny_per_usd: float | None = Field(None, gt=0, description="Exchange rate for prices quoted in CNY")
+    daily_budget_usd: float | None = Field(None, gt=0, description="inference_cost_budget_used_ratio's denominator")
+    timezone: str = Field("UTC", description="Where a budget day starts and ends (IANA name, e.g. Asia/Shanghai)")
+    gpu_prices: dict[str, Price] = Field(default_factory=dict, description="Per GPU model, over the defaults")
+    node_prices: dict[str, Price] = Field(default_factory=dict, description="Per node: overrides the model's price")
+    static_gpus: list[StaticGpus] = Field(default_factory=list)
+    expensive_factor: float = Field(
+        2.0, ge=1.0, description="A request is expensive when its prompt or output exceeds this x the baseline P99"
+    )
+    max_gap: Duration = Field(
+        Duration("15m"), description="Downtime up to this long accrues at the last spend rate; longer is not guessed"
+    )
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r} (use an IANA name, e.g. Asia/Shanghai)") from None
+        return value
+
+    @model_validator(mode="after")
+    def _rate_for_cny(self) -> CostSettings:
+        if self.cny_per_usd is not None:
+            return self
+        quoted = [f"gpu_prices.{k}" for k, p in self.gpu_prices.items() if p.cny_per_hour is not None]
+        quoted += [f"node_prices.{k}" for k, p in self.node_prices.items() if p.cny_per_hour is not None]
+        if self.currency == "CNY":
+            quoted.append("currency")
+        if quoted:
+            raise ValueError(f"cny_per_usd is needed: {', '.join(quoted)} in CNY")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="INFERMON_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
@@ -248,6 +328,7 @@ class Settings(BaseSettings):
     def _canary_references(self) -> Settings:
         check_canary_references(self.canary, self.service)
         return self
+    cost: CostSettings = Field(default_factory=CostSettings)
 
     @classmethod
     def settings_customise_sources(

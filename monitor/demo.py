@@ -39,7 +39,7 @@ def demo_settings(sim_url: str, port: int, extra: dict[str, Any] | None = None) 
             "scrape_interval": "5s",
             "windows": ["1m", "5m"],
             "baseline_window": "10m",
-            "targets": [{"name": "vllm-sim", "url": f"{sim_url}/metrics"}],
+            "targets": [{"name": "vllm-sim", "url": f"{sim_url}/metrics", "node": "demo-h200", "gpus": [0]}],
         },
         "storage": {"url": "sqlite:///./infermon-demo.db"},
         # No GPU needed: a real H200 recording (idle, burn, memory fill, 30 % duty) plays in a loop.
@@ -48,6 +48,15 @@ def demo_settings(sim_url: str, port: int, extra: dict[str, Any] | None = None) 
         "canary": {"probes": [{"name": "demo-chat", "base_url": f"{sim_url}/v1", "model": DEFAULT_MODEL,
                                "interval": "15s", "timeout": "10s", "target": "vllm-sim",
                                "expect": "simulated"}]},
+        # The H200 has no default price: a demo value. Two fleets the monitor cannot see: Ascend
+        # GPUs priced in CNY, and a workstation GPU nobody priced (inference_cost_price_known 0).
+        "cost": {
+            "daily_budget_usd": 50,
+            "cny_per_usd": 7.1,
+            "gpu_prices": {"H200": {"usd_per_hour": 3.5}, "Ascend 910C": {"cny_per_hour": 10}},
+            "static_gpus": [{"model": "Ascend 910C", "count": 8, "node": "rack-cn"},
+                            {"model": "NVIDIA GeForce RTX 4090", "count": 1, "node": "workstation"}],
+        },
     }
     for section, values in (extra or {}).items():
         sections.setdefault(section, {}).update(values)
@@ -76,6 +85,7 @@ async def run_demo(port: int = 9480, duration: float | None = None) -> None:
     load = LoadConfig(rps=DEMO_RPS, duration_s=duration if duration is not None else 7 * 86400.0,
                       max_tokens=(32, 256), drain_timeout_s=5.0)
     tasks.append(asyncio.create_task(run_load(sim_url, load), name="load"))
+    tasks.append(asyncio.create_task(_long_prompt_bursts(sim_url), name="long-prompts"))
     _banner(port, sim_url)
     try:
         if duration is None:
@@ -92,6 +102,17 @@ async def run_demo(port: int = 9480, duration: float | None = None) -> None:
                 await asyncio.wait_for(task, 10)
 
 
+async def _long_prompt_bursts(sim_url: str) -> None:
+    """Every 10 minutes from minute 12 (the baseline has filled), 3 minutes of very long prompts:
+    inference_cost_expensive_request_ratio{tokens="prompt"} rises while they last."""
+    await asyncio.sleep(12 * 60)
+    while True:
+        burst = LoadConfig(rps=1.5, duration_s=180.0, prompt_words=(2000, 4000), max_tokens=(32, 64),
+                           drain_timeout_s=5.0, seed=None)
+        await run_load(sim_url, burst)
+        await asyncio.sleep(7 * 60)
+
+
 def _banner(port: int, sim_url: str) -> None:
     print(f"""
 inference-monitor demo (the engine is a SIMULATOR of a vLLM server, driven at {DEMO_RPS:g} req/s)
@@ -100,6 +121,7 @@ inference-monitor demo (the engine is a SIMULATOR of a vLLM server, driven at {D
   simulator {sim_url}/metrics   (OpenAI API at {sim_url}/v1)
   GPU       a replayed NVML recording of a real H200 (inference_gpu_*)
   canary    one streamed chat every 15 s through the simulator's API (inference_canary_*)
+  cost      http://127.0.0.1:{port}/api/v1/cost   (H200 at a demo $3.5/h, static Ascend + RTX 4090 fleets)
 Numbers appear within ~15 s; faults (latency spike, error burst, slow decode, KV pressure)
 cycle every 10 minutes. Ctrl-C stops.
 """, flush=True)

@@ -21,6 +21,8 @@ from monitor.canary.collector import CanaryCollector
 from monitor.canary.render import render_canary
 from monitor.catalog import family
 from monitor.config import ConfigError, ServiceSettings, Settings, load_settings
+from monitor.cost.collector import CostCollector
+from monitor.cost.render import render_cost
 from monitor.exporter import Renderer, TextWriter, make_registry, render_health, render_text
 from monitor.health import HealthBook
 from monitor.infra.collector import InfraCollector, import_pynvml
@@ -91,6 +93,9 @@ class Monitor:
         self.canary = CanaryCollector(settings.canary, self.health, wall, service_view=lambda: self.service.view)
         if settings.canary.probes:
             self.jobs.append(Job("canary", self.canary.tick_seconds, self.canary.dispatch))
+        # cost: after service and infra in each run_once, on the service's interval when scheduled
+        self.cost = CostCollector(settings, self.service, self.infra, self.health, self.store, wall)
+        self.jobs.append(Job("cost", settings.service.scrape_interval.seconds, self.cost.collect))
         renderers: list[Renderer] = [
             lambda: render_service(self.service.view),
             lambda: [render_objectives(self.service.view)],
@@ -98,6 +103,7 @@ class Monitor:
             lambda: render_health(self.health),
             lambda: render_reload(self.reloads),
             lambda: render_canary(self.canary),
+            lambda: render_cost(self.cost.view),
         ]
         self.registry = make_registry(renderers)
         self.writer = TextWriter()
@@ -135,7 +141,9 @@ class Monitor:
                 },
                 "infra": self.infra.status(),
                 "canary": self.canary.status(),
+                "cost": self.cost.status(),
             },
+            "topology": self.cost.view.topology.as_dict(),
             "config": {"file": str(self.config_path) if self.config_path else None,
                        "last_reload_successful": self.reloads.successful, "last_reload": self.reloads.at,
                        "last_reload_error": self.reloads.error},

@@ -103,7 +103,10 @@ def test_demo_shows_service_numbers(tmp_path: Path) -> None:
         wanted = ['inference_ttft_seconds{model="meta-llama/Llama-3.1-8B-Instruct",quantile="0.99",target="vllm-sim"',
                   "inference_requests_per_second{", "inference_kv_cache_usage_ratio{",
                   'inference_canary_up{model="meta-llama/Llama-3.1-8B-Instruct",probe="demo-chat"} 1.0',
-                  'inference_canary_ttft_gap_seconds{model="meta-llama/Llama-3.1-8B-Instruct",probe="demo-chat"']
+                  'inference_canary_ttft_gap_seconds{model="meta-llama/Llama-3.1-8B-Instruct",probe="demo-chat"',
+                  'inference_cost_usd_per_million_tokens{model="meta-llama/Llama-3.1-8B-Instruct",tokens="generated"',
+                  'inference_cost_price_known{gpu="0",node="workstation"} 0.0', "inference_cost_idle_usd_per_hour ",
+                  "inference_cost_budget_used_ratio "]
         deadline = time.monotonic() + 30
         while True:
             text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text

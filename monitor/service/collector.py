@@ -9,15 +9,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import httpx
 
-from monitor.config import ServiceSettings, Target
+from monitor.config import ServiceSettings, ServiceTarget, Target
 from monitor.health import HealthBook
 from monitor.promtext import PageError, Parser, check_text
 from monitor.service.derive import (
+    LENGTH_HISTOGRAMS,
     Objectives,
     Rates,
     Window,
@@ -87,16 +88,16 @@ class ServiceCollector:
         self.windows = [Window(w.text, w.seconds) for w in settings.windows]
         self.objectives = Objectives(settings.slo.ttft.seconds, settings.slo.tpot.seconds)
         self.targets: dict[str, TargetState] = {}
-        self.static: list[Target] = []
+        self.static: list[ServiceTarget] = []
         self.discovery: FileDiscovery | None = None
         self.reconfigure(settings.targets, settings.file_sd)
         self.view = ServiceView(ts=wall(), windows=self.windows, objectives=self.objectives)
 
-    def reconfigure(self, static: list[Target], file_sd: list[str]) -> None:
+    def reconfigure(self, static: Sequence[ServiceTarget], file_sd: Sequence[str]) -> None:
         """New static targets and file_sd files (start-up, SIGHUP); applied at once."""
         self.static = list(static)
         previous = self.discovery.patterns if self.discovery else []
-        if file_sd != previous:
+        if list(file_sd) != previous:
             for path in self.discovery.watched() if self.discovery else []:
                 self.health.forget(DISCOVERY, path)
             self.discovery = FileDiscovery(list(file_sd)) if file_sd else None
@@ -115,7 +116,7 @@ class ServiceCollector:
                     raise DiscoveryError(self.discovery.errors[path])
         return changed
 
-    def _apply(self, wanted: list[Target]) -> None:
+    def _apply(self, wanted: Sequence[Target]) -> None:
         """Keep the states of unchanged targets; start new ones afresh; drop the ones gone."""
         desired: dict[str, Target] = {}
         for target in wanted:
@@ -196,7 +197,8 @@ class ServiceCollector:
         state.latest = snap
         state.store.append(snap)
         generation = snap.counters.get("generation_tokens") or {}
-        state.baseline.append(Snapshot(ts=snap.ts, counters={"generation_tokens": generation}))
+        lengths = {metric: snap.buckets[metric] for metric in LENGTH_HISTOGRAMS if metric in snap.buckets}
+        state.baseline.append(Snapshot(ts=snap.ts, counters={"generation_tokens": generation}, buckets=lengths))
 
     def derive(self, now: float) -> ServiceView:
         view = ServiceView(ts=now, windows=self.windows, objectives=self.objectives)

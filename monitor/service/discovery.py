@@ -7,8 +7,9 @@ target groups), so one list serves both:
       labels: {target: vllm-a, model: llama-3-8b, __metrics_path__: /metrics, __scheme__: http}
 
 Each address becomes a target named by its `target` label (the address when there is none; a
-group with several addresses and one `target` label gets `<target>-<n>`). `model`, `node` and
-`metric_prefix` labels set those target fields. A file is re-read when it changes; a file that
+group with several addresses and one `target` label gets `<target>-<n>`). `model`, `node`,
+`metric_prefix`, `pod` and `namespace` labels set those target fields, and `gpus` ("0,1,2,3") the
+GPUs that serve it. A file is re-read when it changes; a file that
 cannot be read or parsed keeps its last good targets and says why.
 """
 
@@ -23,16 +24,16 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from monitor.config import Target
+from monitor.config import ServiceTarget
 
-_FIELDS = ("model", "node", "metric_prefix")
+_FIELDS = ("model", "node", "metric_prefix", "pod", "namespace")
 
 
 class DiscoveryError(ValueError):
     plain = True
 
 
-def parse_target_groups(text: str, source: str) -> list[Target]:
+def parse_target_groups(text: str, source: str) -> list[ServiceTarget]:
     """Targets of one file_sd file (JSON or YAML); DiscoveryError says what is wrong and where."""
     try:
         groups = json.loads(text) if source.endswith(".json") else yaml.safe_load(text)
@@ -43,13 +44,13 @@ def parse_target_groups(text: str, source: str) -> list[Target]:
         return []
     if not isinstance(groups, list):
         raise DiscoveryError(f"{source}: expected a list of target groups")
-    targets: list[Target] = []
+    targets: list[ServiceTarget] = []
     for index, group in enumerate(groups):
         targets.extend(_group_targets(group, f"{source}: group {index}"))
     return targets
 
 
-def _group_targets(group: Any, where: str) -> list[Target]:
+def _group_targets(group: Any, where: str) -> list[ServiceTarget]:
     if not isinstance(group, dict) or not isinstance(group.get("targets", []), list):
         raise DiscoveryError(f"{where}: expected {{targets: [host:port, ...], labels: {{...}}}}")
     labels = group.get("labels") or {}
@@ -62,9 +63,11 @@ def _group_targets(group: Any, where: str) -> list[Target]:
     targets = []
     for number, address in enumerate(addresses):
         name = str(named) if named and len(addresses) == 1 else f"{named}-{number}" if named else address
-        extra = {key: str(labels[key]) for key in _FIELDS if labels.get(key) not in (None, "")}
+        extra: dict[str, Any] = {key: str(labels[key]) for key in _FIELDS if labels.get(key) not in (None, "")}
+        if labels.get("gpus") not in (None, ""):
+            extra["gpus"] = [part.strip() for part in str(labels["gpus"]).split(",")]
         try:
-            targets.append(Target(name=name, url=f"{scheme}://{address}{path}", **extra))
+            targets.append(ServiceTarget(name=name, url=f"{scheme}://{address}{path}", **extra))
         except ValidationError as exc:
             reason = exc.errors()[0]["msg"].removeprefix("Value error, ")
             raise DiscoveryError(f"{where}: target {address!r}: {reason}") from None
@@ -77,7 +80,7 @@ class FileDiscovery:
 
     patterns: list[str]
     _seen: dict[str, tuple[int, int]] = field(default_factory=dict)  # path -> (mtime ns, size)
-    _targets: dict[str, list[Target]] = field(default_factory=dict)  # path -> last good targets
+    _targets: dict[str, list[ServiceTarget]] = field(default_factory=dict)  # path -> last good targets
     errors: dict[str, str] = field(default_factory=dict)  # path -> why its last read failed
     removed: list[str] = field(default_factory=list)  # files gone at the last refresh
 
@@ -114,9 +117,9 @@ class FileDiscovery:
         """The files found (read or not)."""
         return sorted(self._seen)
 
-    def targets(self) -> list[Target]:
+    def targets(self) -> list[ServiceTarget]:
         """Every discovered target; of two with one name, the one in the first file wins."""
-        found: dict[str, Target] = {}
+        found: dict[str, ServiceTarget] = {}
         for path in sorted(self._targets):
             for target in self._targets[path]:
                 found.setdefault(target.name, target)

@@ -14,7 +14,8 @@ prefix (`metric_prefix: kserve_` for KServe's queue-proxy, which republishes vLL
 Our metrics:
     counters    requests (all finished), errors (finished with an engine error), prompt_tokens,
                 generation_tokens, preemptions
-    histograms  ttft, tpot, e2e, queue  (base family names; `_bucket` is appended)
+    histograms  ttft, tpot, e2e, queue  (base family names; `_bucket` is appended);
+                prompt_len, generation_len (tokens per request: the cost layer's expensive requests)
     gauges      running, waiting, kv_cache
 """
 
@@ -141,6 +142,8 @@ VLLM_V1 = EngineSpec(
         ),
         "e2e": ("vllm:e2e_request_latency_seconds",),
         "queue": ("vllm:request_queue_time_seconds",),
+        "prompt_len": ("vllm:request_prompt_tokens",),
+        "generation_len": ("vllm:request_generation_tokens",),
     },
     gauges={
         **_VLLM_GAUGES_COMMON,
@@ -170,6 +173,8 @@ VLLM_V0 = EngineSpec(
         ),
         "e2e": ("vllm:e2e_request_latency_seconds",),
         "queue": ("vllm:request_queue_time_seconds",),
+        "prompt_len": ("vllm:request_prompt_tokens",),
+        "generation_len": ("vllm:request_generation_tokens",),
     },
     gauges={
         **_VLLM_GAUGES_COMMON,
@@ -210,6 +215,8 @@ SGLANG = EngineSpec(
         "tpot": ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
         "e2e": ("sglang:e2e_request_latency_seconds",),
         "queue": ("sglang:queue_time_seconds",),
+        "prompt_len": ("sglang:prompt_tokens_histogram",),
+        "generation_len": ("sglang:generation_tokens_histogram",),
     },
     gauges={
         # One series per data-parallel rank (dp_rank): replicas, summed.
@@ -255,6 +262,8 @@ TGI = EngineSpec(
         "tpot": ("tgi_request_mean_time_per_token_duration",),
         "e2e": ("tgi_request_duration",),
         "queue": ("tgi_request_queue_duration",),
+        "prompt_len": ("tgi_request_input_length",),
+        "generation_len": ("tgi_request_generated_tokens",),
     },
     gauges={
         "running": GaugeSpec(("tgi_batch_current_size",)),
