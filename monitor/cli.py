@@ -69,6 +69,8 @@ def check(config: ConfigOption = None) -> None:
 
     settings = _settings(config)
     typer.echo(f"configuration OK: {len(settings.service.targets)} service target(s)")
+    if settings.alerting.enabled:
+        _check_rules(settings)
 
     async def probe() -> bool:
         monitor = Monitor(settings)
@@ -85,6 +87,20 @@ def check(config: ConfigOption = None) -> None:
 
     if not asyncio.run(probe()):
         raise typer.Exit(1)
+
+
+def _check_rules(settings: Settings) -> None:
+    """Load the alert rule files as `serve` would; a broken file fails the check (exit 2)."""
+    from monitor.alerting.rules import RulesError, load_rules
+
+    try:
+        ruleset = load_rules(settings.alerting.rules_files)
+    except RulesError as exc:
+        typer.secho(f"alert rules error:\n{exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+    typer.echo(f"alert rules OK: {len(ruleset.rules)} rule(s) from {len(ruleset.files)} file(s)")
+    for left in ruleset.left_to_prometheus:
+        typer.echo(f"  left to Prometheus: {left.rule} ({left.file}, group {left.group}): {left.reason}")
 
 
 if __name__ == "__main__":

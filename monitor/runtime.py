@@ -14,7 +14,10 @@ from typing import Any
 import httpx
 
 from monitor import __version__
-from monitor.config import Settings
+from monitor.alerting.embedded import EmbeddedEvaluator, Transitions
+from monitor.alerting.model import AlertSink
+from monitor.alerting.rules import RulesError, load_rules
+from monitor.config import ConfigError, Settings
 from monitor.exporter import Renderer, TextWriter, make_registry, render_health, render_text
 from monitor.health import HealthBook
 from monitor.infra.collector import InfraCollector, import_pynvml
@@ -39,6 +42,8 @@ class Monitor:
         client: httpx.AsyncClient | None = None,
         wall: Callable[[], float] = time.time,
         load_nvml: Callable[[], Any] = import_pynvml,
+        sink: AlertSink | None = None,
+        transitions: Transitions | None = None,
     ) -> None:
         self.settings = settings
         self.wall = wall
@@ -63,6 +68,17 @@ class Monitor:
         ]
         self.registry = make_registry(renderers)
         self.writer = TextWriter()
+        # alerting: the rule files evaluated in-process on what /metrics exports
+        self.transitions: Transitions = transitions or list
+        self.alerting: EmbeddedEvaluator | None = None
+        if settings.alerting.enabled:
+            try:
+                ruleset = load_rules(settings.alerting.rules_files)
+            except RulesError as exc:
+                raise ConfigError(f"alerting.rules_files: {exc}") from None
+            self.alerting = EmbeddedEvaluator(ruleset, self.store.engine, sink, settings.alerting.external_url)
+            renderers.append(lambda: [self.alerting.render()] if self.alerting else [])
+            self.jobs.append(Job("alerts", settings.alerting.evaluation_interval.seconds, self.evaluate_alerts))
 
     async def run_job(self, job: Job) -> None:
         try:
@@ -98,7 +114,13 @@ class Monitor:
             },
             "collectors": [entry.as_dict() for entry in self.health.entries.values()],
             "recent_events": self.store.recent_events(20),
+            "alerting": self.alerting.status() if self.alerting else {"enabled": False},
         }
+
+    async def evaluate_alerts(self) -> None:
+        if self.alerting is not None:
+            with self.health.run("alerts"):
+                self.alerting.run(self.registry, self.wall(), self.settings.alerting.evaluation_interval.seconds)
 
     async def prune(self) -> None:
         self.store.prune(self.wall() - self.settings.storage.retention.seconds)
