@@ -98,17 +98,20 @@ def test_a_shipped_file_outside_the_subset_fails_naming_file_and_rule(tmp_path: 
         load_rules([bad], shipped=True)
 
 
+RULE_X = "groups:\n- name: g\n  rules:\n  - alert: X\n    expr: up == 0\n"
+
+
 @pytest.mark.parametrize(("text", "reason"), [
     ("groups: [", "not valid YAML"),
     ("rules: []", "no `groups:` list"),
-    ("groups:\n- name: g\n  rules:\n  - alert: X\n    expr: up == 0\n    for: ten minutes\n", "rule 'X': not a Prometheus duration"),
-    ("groups:\n- name: g\n  rules:\n  - alert: X\n    expr: up == 0\n    labelz: {}\n", "rule 'X': unknown keys"),
+    (RULE_X + "    for: ten minutes\n", "rule 'X': not a Prometheus duration"),
+    (RULE_X + "    labelz: {}\n", "rule 'X': unknown keys"),
 ])
 def test_a_broken_file_fails_naming_the_file(tmp_path: Path, text: str, reason: str) -> None:
     path = tmp_path / "broken.yml"
     path.write_text(text)
-    with pytest.raises(RulesError, match="broken.yml") as caught:
+    with pytest.raises(RulesError, match=r"broken\.yml") as caught:
         load_rules([path])
     assert reason in str(caught.value)
-    with pytest.raises(ConfigError, match="alerting.rules_files"):
+    with pytest.raises(ConfigError, match=r"alerting\.rules_files"):
         Monitor(load_settings(None, {"alerting": {"rules_files": [str(path)]}}))
