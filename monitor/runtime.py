@@ -85,6 +85,8 @@ class Monitor:
             await job.run()
         finally:
             job.ran = True
+        if job.name in ("service", "infra"):
+            await self.evaluate_alerts()  # on fresh data, not up to an interval later
 
     async def run_once(self) -> None:
         for job in self.jobs:

@@ -82,20 +82,23 @@ class EmbeddedEvaluator:
     # ---- one evaluation -----------------------------------------------------------------
 
     def run(self, registry: CollectorRegistry, now: float, interval: float) -> list[Alert]:
-        """One scheduled run. Times are aligned to the interval, as Prometheus aligns a group's
-        evaluations, so `for: 1m` at a 15 s interval means exactly four intervals."""
-        ts = round(now / interval) * interval
-        if self.last_ts is not None and ts <= self.last_ts:
-            return []  # a run that came early: this instant is done
-        return self.evaluate(registry_samples(registry, self.metrics), ts)
+        """Evaluate on what /metrics shows now.
 
-    def evaluate(self, samples: dict[str, list[Sample]], ts: float) -> list[Alert]:
+        The monitor calls this after every collection (fresh data: an alert fires within one
+        scrape plus `for`, never a whole interval later because the evaluation ran just before
+        the scrape landed) and on its own `interval` (so rules on slow sources still run).
+        """
+        if self.last_ts is not None and now <= self.last_ts:
+            return []  # this instant is evaluated already
+        return self.evaluate(registry_samples(registry, self.metrics), now, slack=min(0.5, 0.05 * interval))
+
+    def evaluate(self, samples: dict[str, list[Sample]], ts: float, slack: float = 0.0) -> list[Alert]:
         """Advance every rule at `ts`; returns (and sends) the transitions as Alertmanager alerts."""
         alerts = [Alert(row.labels, row.annotations, _utc(row.fired_at or row.active_at), _utc(ts))
                   for row in self._orphans]
         self._orphans = []
         for state in self.states:
-            for transition in state.evaluate(samples, ts, self.external_url):
+            for transition in state.evaluate(samples, ts, self.external_url, slack):
                 alerts.append(self._as_alert(transition))
             if state.last_error:
                 log.warning("alert rule %s: %s", state.rule.name, state.last_error)

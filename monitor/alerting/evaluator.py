@@ -8,6 +8,10 @@ At each evaluation time `ts`, per rule:
 - an alert missing from the result is dropped; if it was firing it is *resolved* at `ts` (a
   transition) - unless `keep_firing_for` holds it, counted from the first evaluation it was missing;
 - two samples that end up with the same alert labels are an evaluation error: nothing changes.
+
+Prometheus evaluates on an exact grid; the monitor evaluates when fresh data arrives, a few
+milliseconds off any grid, so durations are compared with `slack` seconds of tolerance (a
+fraction of the interval: `for: 30s` still means the evaluation 30 s after the first one).
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ class RuleState:
     last_error: str | None = None
     last_evaluation: float | None = None
 
-    def evaluate(self, samples: Samples, ts: float, external_url: str = "") -> list[Transition]:
+    def evaluate(self, samples: Samples, ts: float, external_url: str = "", slack: float = 0.0) -> list[Transition]:
         try:
             found = self._alerts(samples, external_url)
         except EvaluationError as exc:
@@ -79,7 +83,7 @@ class RuleState:
             else:
                 alert.active_at = ts
                 self.active[fp] = alert
-        return self._advance(found, ts)
+        return self._advance(found, ts, slack)
 
     def _alerts(self, samples: Samples, external_url: str) -> dict[str, ActiveAlert]:
         rule = self.rule
@@ -96,7 +100,7 @@ class RuleState:
             found[fp] = alert
         return found
 
-    def _advance(self, found: Mapping[str, ActiveAlert], ts: float) -> list[Transition]:
+    def _advance(self, found: Mapping[str, ActiveAlert], ts: float, slack: float) -> list[Transition]:
         rule = self.rule
         transitions: list[Transition] = []
         for fp, alert in list(self.active.items()):
@@ -104,14 +108,14 @@ class RuleState:
                 if alert.state == "firing" and rule.keep_firing_for_seconds > 0:
                     if alert.keep_firing_since is None:
                         alert.keep_firing_since = ts
-                    if ts - alert.keep_firing_since < rule.keep_firing_for_seconds:
+                    if ts - alert.keep_firing_since < rule.keep_firing_for_seconds - slack:
                         continue
                 del self.active[fp]
                 if alert.state == "firing":
                     transitions.append(Transition(rule, alert, ts, resolved_at=ts))
                 continue
             alert.keep_firing_since = None
-            if alert.state == "pending" and ts - alert.active_at >= rule.for_seconds:
+            if alert.state == "pending" and ts - alert.active_at >= rule.for_seconds - slack:
                 alert.state, alert.fired_at = "firing", ts
                 transitions.append(Transition(rule, alert, ts))
         return transitions
