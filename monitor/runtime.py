@@ -16,7 +16,7 @@ import httpx
 from monitor import __version__
 from monitor.alerting.embedded import EmbeddedEvaluator, Transitions
 from monitor.alerting.model import AlertSink
-from monitor.alerting.rules import RulesError, load_rules
+from monitor.alerting.rules import RulesError, RuleSet, load_rules
 from monitor.config import ConfigError, Settings
 from monitor.exporter import Renderer, TextWriter, make_registry, render_health, render_text
 from monitor.health import HealthBook
@@ -47,6 +47,7 @@ class Monitor:
     ) -> None:
         self.settings = settings
         self.wall = wall
+        ruleset = _load_rules(settings)  # first: a bad rule file fails before anything is opened
         self.started = wall()
         self.health = HealthBook(wall=wall)
         self.store = Store(settings.storage.url)
@@ -71,11 +72,7 @@ class Monitor:
         # alerting: the rule files evaluated in-process on what /metrics exports
         self.transitions: Transitions = transitions or list
         self.alerting: EmbeddedEvaluator | None = None
-        if settings.alerting.enabled:
-            try:
-                ruleset = load_rules(settings.alerting.rules_files)
-            except RulesError as exc:
-                raise ConfigError(f"alerting.rules_files: {exc}") from None
+        if ruleset is not None:
             self.alerting = EmbeddedEvaluator(ruleset, self.store.engine, sink, settings.alerting.external_url)
             renderers.append(lambda: [self.alerting.render()] if self.alerting else [])
             self.jobs.append(Job("alerts", settings.alerting.evaluation_interval.seconds, self.evaluate_alerts))
@@ -131,3 +128,12 @@ class Monitor:
         self.store.close()
         await self.infra.aclose()
         await self.client.aclose()
+
+
+def _load_rules(settings: Settings) -> RuleSet | None:
+    if not settings.alerting.enabled:
+        return None
+    try:
+        return load_rules(settings.alerting.rules_files)
+    except RulesError as exc:
+        raise ConfigError(f"alerting.rules_files: {exc}") from None
