@@ -45,7 +45,12 @@ def serve(
 
     settings = _settings(config, host=host, port=port)
     _logging(settings.server.log_level)
-    api = create_app(Monitor(settings))
+    try:
+        monitor = Monitor(settings)
+    except ConfigError as exc:  # an alert rule file that cannot be loaded
+        typer.secho(f"configuration error:\n{exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+    api = create_app(monitor)
     uvicorn.run(api, host=settings.server.host, port=settings.server.port,
                 log_level=settings.server.log_level, access_log=False)
 

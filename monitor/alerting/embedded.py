@@ -98,9 +98,10 @@ class EmbeddedEvaluator:
                   for row in self._orphans]
         self._orphans = []
         for state in self.states:
+            previous_error = state.last_error
             for transition in state.evaluate(samples, ts, self.external_url, slack):
                 alerts.append(self._as_alert(transition))
-            if state.last_error:
+            if state.last_error and state.last_error != previous_error:  # once when it starts or changes
                 log.warning("alert rule %s: %s", state.rule.name, state.last_error)
         self.last_ts = ts
         self._send(alerts)

@@ -93,6 +93,7 @@ class RuleState:
             labels = {k: v for k, v in series.items() if k != "__name__"}
             labels.update({name: template.render(data) for name, template in rule.labels.items()})
             labels["alertname"] = rule.name
+            labels = {k: v for k, v in labels.items() if v != ""}  # an empty label is no label, as in Prometheus
             alert = ActiveAlert(labels, {k: t.render(data) for k, t in rule.annotations.items()}, value, 0.0)
             fp = alert.fingerprint
             if fp in found:

@@ -29,3 +29,13 @@ def test_check_fails_on_a_broken_rule_file(tmp_path: Path) -> None:
     result = check(tmp_path, "groups: [")
     assert result.returncode == 2
     assert "mine.yml: not valid YAML" in result.stderr
+
+
+def test_serve_refuses_a_broken_rule_file(tmp_path: Path) -> None:
+    (tmp_path / "mine.yml").write_text("groups:\n- name: g\n  rules:\n  - alert: X\n    expr: up == 0\n    for: soon\n")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"alerting:\n  rules_files: [{tmp_path / 'mine.yml'}]\n")
+    result = subprocess.run(infermon("serve", "--config", str(config), "--port", "0"), env=env(tmp_path),
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert "alerting.rules_files" in result.stderr and "rule 'X': not a Prometheus duration" in result.stderr

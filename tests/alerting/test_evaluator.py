@@ -154,3 +154,8 @@ def test_firing_counts_per_severity(store: Store) -> None:
     embedded.evaluate(temps(90, 95, 10), 1000)
     assert embedded.firing_by_severity() == {"warning": 2}
     assert [(s.labels, s.value) for s in embedded.render().samples] == [({"severity": "warning"}, 2.0)]
+
+
+def test_a_rule_label_that_renders_empty_is_dropped() -> None:
+    [fired] = RuleState(make_rule("t > 80", team="{{ $labels.team }}")).evaluate(temps(90), 0)
+    assert "team" not in fired.alert.labels
