@@ -74,6 +74,7 @@ class Monitor:
         self.alerting: EmbeddedEvaluator | None = None
         if ruleset is not None:
             self.alerting = EmbeddedEvaluator(ruleset, self.store.engine, sink, settings.alerting.external_url)
+            # The registry's exporter holds this very list: the firing counts join /metrics.
             renderers.append(lambda: [self.alerting.render()] if self.alerting else [])
             self.jobs.append(Job("alerts", settings.alerting.evaluation_interval.seconds, self.evaluate_alerts))
 

@@ -60,6 +60,8 @@ def _iso(ts: float | None) -> str | None:
 
 
 class EmbeddedEvaluator:
+    """Delivery plugs in by setting `sink` (its outbox) once the store it needs exists."""
+
     def __init__(
         self,
         ruleset: RuleSet,
@@ -194,6 +196,7 @@ class EmbeddedEvaluator:
 
     def status(self) -> dict[str, Any]:
         return {
+            "enabled": True,
             "rules": len(self.states),
             "files": [str(path) for path in self.ruleset.files],
             "last_evaluation": self.last_ts,
