@@ -23,10 +23,13 @@ def free_port() -> int:
 class PrometheusServer:
     """`prometheus` with a generated config scraping `jobs` ({job: [host:port/path urls]})."""
 
-    def __init__(self, jobs: dict[str, list[str]], interval: str = "1s", binary: str | None = None) -> None:
+    def __init__(self, jobs: dict[str, list[str]], interval: str = "1s", binary: str | None = None,
+                 rule_files: list[Path] | None = None, evaluation_interval: str | None = None) -> None:
         self.binary = binary or shutil.which("prometheus") or "prometheus"
         self.jobs = jobs
         self.interval = interval
+        self.rule_files = rule_files or []  # alert rules Prometheus evaluates (GET /api/v1/alerts)
+        self.evaluation_interval = evaluation_interval or interval
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="infermon-prom-"))
         self.process: subprocess.Popen[bytes] | None = None
@@ -46,7 +49,11 @@ class PrometheusServer:
                 "metrics_path": paths.pop(),
                 "static_configs": [{"targets": [f"{httpx.URL(u).host}:{httpx.URL(u).port}" for u in urls]}],
             })
-        return {"global": {"scrape_interval": self.interval}, "scrape_configs": scrape_configs}
+        config: dict[str, Any] = {"global": {"scrape_interval": self.interval}, "scrape_configs": scrape_configs}
+        if self.rule_files:
+            config["global"]["evaluation_interval"] = self.evaluation_interval
+            config["rule_files"] = [str(path) for path in self.rule_files]
+        return config
 
     def start(self) -> PrometheusServer:
         config = self.dir / "prometheus.yml"
@@ -76,6 +83,13 @@ class PrometheusServer:
         response.raise_for_status()
         result: list[dict[str, Any]] = response.json()["data"]["result"]
         return result
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Prometheus' active alerts (pending and firing), as GET /api/v1/alerts returns them."""
+        response = httpx.get(f"{self.url}/api/v1/alerts", timeout=10)
+        response.raise_for_status()
+        alerts: list[dict[str, Any]] = response.json()["data"]["alerts"]
+        return alerts
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -63,6 +63,11 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     async def cost() -> dict[str, object]:
         return cost_report(monitor.cost)
 
+    @app.get("/api/v1/alerts")
+    async def alerts() -> dict[str, object]:
+        active = monitor.alerting.active() if monitor.alerting else []
+        return {"active": active, "transitions": monitor.transitions()}
+
     return app
 
 

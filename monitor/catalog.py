@@ -60,6 +60,7 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef("inference_gpu_temperature_celsius", "gauge", _GPU, "GPU die temperature.", "infra"),
         MetricDef("inference_gpu_power_watts", "gauge", _GPU, "Power draw.", "infra"),
         MetricDef("inference_gpu_power_limit_watts", "gauge", _GPU, "Enforced power limit.", "infra"),
+        MetricDef("inference_gpu_power_used_ratio", "gauge", _GPU, "Power draw divided by the enforced power limit (what the GPU power alert compares).", "infra"),
         MetricDef("inference_gpu_energy_joules_total", "counter", _GPU, "Energy used since the driver loaded (NVML reads it every 30 s: the call takes milliseconds).", "infra"),
         MetricDef("inference_gpu_sm_clock_hertz", "gauge", _GPU, "Current SM clock.", "infra"),
         MetricDef("inference_gpu_clock_event_active", "gauge", (*_GPU, "reason"), "1 while the clock-event (throttle) reason holds clocks down: sw_power_cap, hw_slowdown, sw_thermal, hw_thermal, hw_power_brake, ...", "infra"),
@@ -96,6 +97,8 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef("inference_monitor_collector_duration_seconds", "gauge", ("collector", "target"), "Duration of the collector's last run.", "self"),
         MetricDef("inference_monitor_last_success_timestamp_seconds", "gauge", ("collector", "target"), "Unix time of the collector's last successful run.", "self"),
         MetricDef("inference_monitor_config_last_reload_successful", "gauge", (), "0 when the last configuration reload (SIGHUP) failed; the running configuration was kept.", "self"),
+        # alerting: the embedded evaluator
+        MetricDef("inference_monitor_alerts_firing", "gauge", ("severity",), "Alerts the embedded evaluator has firing now, per severity (0 for each severity the rules use).", "alerting"),
     ]
 }
 

@@ -48,7 +48,12 @@ def serve(
 
     settings = _settings(config, host=host, port=port)
     _logging(settings.server.log_level)
-    api = create_app(Monitor(settings, config_path=config))
+    try:
+        monitor = Monitor(settings, config_path=config)
+    except ConfigError as exc:  # an alert rule file that cannot be loaded
+        typer.secho(f"configuration error:\n{exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+    api = create_app(monitor)
     uvicorn.run(api, host=settings.server.host, port=settings.server.port,
                 log_level=settings.server.log_level, access_log=False)
 
@@ -73,6 +78,8 @@ def check(config: ConfigOption = None) -> None:
 
     settings = _settings(config)
     typer.echo(f"configuration OK: {len(settings.service.targets)} service target(s)")
+    if settings.alerting.enabled:
+        _check_rules(settings)
 
     async def probe() -> bool:
         monitor = Monitor(settings)
@@ -94,6 +101,20 @@ def check(config: ConfigOption = None) -> None:
 
     if not asyncio.run(probe()):
         raise typer.Exit(1)
+
+
+def _check_rules(settings: Settings) -> None:
+    """Load the alert rule files as `serve` would; a broken file fails the check (exit 2)."""
+    from monitor.alerting.rules import RulesError, load_rules
+
+    try:
+        ruleset = load_rules(settings.alerting.rules_files)
+    except RulesError as exc:
+        typer.secho(f"alert rules error:\n{exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+    typer.echo(f"alert rules OK: {len(ruleset.rules)} rule(s) from {len(ruleset.files)} file(s)")
+    for left in ruleset.left_to_prometheus:
+        typer.echo(f"  left to Prometheus: {left.rule} ({left.file}, group {left.group}): {left.reason}")
 
 
 rules = typer.Typer(help="Prometheus rule files generated from the engine tables.", no_args_is_help=True)

@@ -231,10 +231,13 @@ class ReceiverSettings(_Section):
     repeat_interval: Duration = Field(Duration("4h"))
 
 
+SHIPPED_RULE_FILES = ("infra", "service", "monitor", "cost", "canary")
+
+
 class AlertingSettings(_Section):
     enabled: bool = True
     rules_files: list[Path] = Field(
-        default_factory=lambda: [Path("alerts/infra.yml"), Path("alerts/service.yml"), Path("alerts/monitor.yml")],
+        default_factory=lambda: [Path(f"alerts/{name}.yml") for name in SHIPPED_RULE_FILES],
         description="Prometheus rule files the embedded evaluator loads (Prometheus loads the same files)",
     )
     evaluation_interval: Duration = Field(Duration("15s"))

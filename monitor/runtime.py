@@ -17,6 +17,9 @@ import httpx
 from prometheus_client.core import Metric
 
 from monitor import __version__
+from monitor.alerting.embedded import EmbeddedEvaluator, Transitions
+from monitor.alerting.model import AlertSink
+from monitor.alerting.rules import RulesError, RuleSet, load_rules
 from monitor.canary.collector import CanaryCollector
 from monitor.canary.render import render_canary
 from monitor.catalog import family
@@ -71,11 +74,14 @@ class Monitor:
         wall: Callable[[], float] = time.time,
         load_nvml: Callable[[], Any] = import_pynvml,
         config_path: Path | None = None,
+        sink: AlertSink | None = None,
+        transitions: Transitions | None = None,
     ) -> None:
         self.settings = settings
         self.config_path = config_path
         self.reloads = ReloadState()
         self.wall = wall
+        ruleset = _load_rules(settings)  # first: a bad rule file fails before anything is opened
         self.started = wall()
         self.health = HealthBook(wall=wall)
         self.store = Store(settings.storage.url)
@@ -107,12 +113,22 @@ class Monitor:
         ]
         self.registry = make_registry(renderers)
         self.writer = TextWriter()
+        # alerting: the rule files evaluated in-process on what /metrics exports
+        self.transitions: Transitions = transitions or list
+        self.alerting: EmbeddedEvaluator | None = None
+        if ruleset is not None:
+            self.alerting = EmbeddedEvaluator(ruleset, self.store.engine, sink, settings.alerting.external_url)
+            # The registry's exporter holds this very list: the firing counts join /metrics.
+            renderers.append(lambda: [self.alerting.render()] if self.alerting else [])
+            self.jobs.append(Job("alerts", settings.alerting.evaluation_interval.seconds, self.evaluate_alerts))
 
     async def run_job(self, job: Job) -> None:
         try:
             await job.run()
         finally:
             job.ran = True
+        if job.name in ("service", "infra"):
+            await self.evaluate_alerts()  # on fresh data, not up to an interval later
 
     async def run_once(self) -> None:
         for job in self.jobs:
@@ -149,6 +165,7 @@ class Monitor:
                        "last_reload_error": self.reloads.error},
             "collectors": [entry.as_dict() for entry in self.health.entries.values()],
             "recent_events": self.store.recent_events(20),
+            "alerting": self.alerting.status() if self.alerting else {"enabled": False},
         }
 
     def reload(self) -> bool:
@@ -173,6 +190,10 @@ class Monitor:
         log.info("configuration reloaded: %d static target(s), file_sd %s%s", len(fresh.service.targets),
                  fresh.service.file_sd or "none", f"; changed, applied at restart: {', '.join(later)}" if later else "")
         return True
+    async def evaluate_alerts(self) -> None:
+        if self.alerting is not None:
+            with self.health.run("alerts"):
+                self.alerting.run(self.registry, self.wall(), self.settings.alerting.evaluation_interval.seconds)
 
     async def prune(self) -> None:
         self.store.prune(self.wall() - self.settings.storage.retention.seconds)
@@ -182,3 +203,12 @@ class Monitor:
         await self.canary.aclose()
         await self.infra.aclose()
         await self.client.aclose()
+
+
+def _load_rules(settings: Settings) -> RuleSet | None:
+    if not settings.alerting.enabled:
+        return None
+    try:
+        return load_rules(settings.alerting.rules_files)
+    except RulesError as exc:
+        raise ConfigError(f"alerting.rules_files: {exc}") from None

@@ -92,6 +92,13 @@ class GpuReading:
             return None
         return self.memory_used_bytes / self.memory_total_bytes
 
+    @property
+    def power_used_ratio(self) -> float | None:
+        """Draw over the enforced limit: the alert rules compare a ratio, never two metrics."""
+        if self.power_watts is None or not self.power_limit_watts:
+            return None
+        return self.power_watts / self.power_limit_watts
+
 
 class GpuBackend(Protocol):
     """A source of local GPUs. Calls block (NVML can hang), so callers run them off the loop."""

@@ -25,6 +25,7 @@ _GPU_VALUES = {
     "inference_gpu_temperature_celsius": "temperature_celsius",
     "inference_gpu_power_watts": "power_watts",
     "inference_gpu_power_limit_watts": "power_limit_watts",
+    "inference_gpu_power_used_ratio": "power_used_ratio",
     "inference_gpu_energy_joules_total": "energy_joules",
     "inference_gpu_sm_clock_hertz": "sm_clock_hertz",
     "inference_gpu_ecc_uncorrected_errors_total": "ecc_uncorrected_errors",

@@ -25,7 +25,8 @@ def scenario_page() -> str:
         return httpx.Response(200, text=grow(base, factor))
 
     clock = [1_767_300_000.0]
-    settings = load_settings(None, {"infra": {"nvml": {"enabled": "false"}}, "service": {
+    settings = load_settings(None, {"infra": {"nvml": {"enabled": "false"}}, "alerting": {"enabled": False},
+                                    "service": {
         "windows": ["30s", "1m"],
         "targets": [{"name": "vllm-a", "url": "http://a/metrics"}, {"name": "vllm-b", "url": "http://b/metrics"}],
     }})

@@ -1,0 +1,213 @@
+"""The embedded evaluator: the rule files applied to what /metrics exports, on its own interval.
+
+Each run reads the monitor's registry (the very samples a Prometheus scrape of /metrics gets,
+minus the `job`/`instance` labels Prometheus adds), advances every rule's state, hands the
+firing and resolved transitions to the `AlertSink` (delivery's outbox) once each, and saves the
+state so a restart neither forgets a pending alert's start nor announces a firing one again.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote_plus
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
+from sqlalchemy.engine import Engine
+
+from monitor.alerting.evaluator import ActiveAlert, RuleState, Transition
+from monitor.alerting.expr import Sample
+from monitor.alerting.model import Alert, AlertSink
+from monitor.alerting.rules import RuleSet
+from monitor.catalog import family
+from monitor.store.alerting_state import StoredAlert, load_alert_states, save_alert_states
+
+log = logging.getLogger("monitor.alerting")
+
+Transitions = Callable[[], list[dict[str, Any]]]
+
+
+class LoggingSink:
+    """The default sink until delivery is configured: transitions go to the debug log only."""
+
+    def enqueue(self, alerts: Sequence[Alert], source: str) -> None:
+        for alert in alerts:
+            log.debug("alert %s %s %s (%s)", alert.name, alert.status, dict(alert.labels), source)
+
+
+def registry_samples(registry: CollectorRegistry, names: set[str]) -> dict[str, list[Sample]]:
+    """The samples of `names` as /metrics renders them (labels include `__name__`)."""
+    out: dict[str, list[Sample]] = {}
+    for fam in registry.collect():
+        for sample in fam.samples:
+            if sample.name in names:
+                # An empty label value is no label at all once Prometheus has scraped it.
+                labels = {k: v for k, v in sample.labels.items() if v != ""}
+                out.setdefault(sample.name, []).append(({**labels, "__name__": sample.name}, sample.value))
+    return out
+
+
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else _utc(ts).isoformat().replace("+00:00", "Z")
+
+
+class EmbeddedEvaluator:
+    """Delivery plugs in by setting `sink` (its outbox) once the store it needs exists."""
+
+    def __init__(
+        self,
+        ruleset: RuleSet,
+        engine: Engine,
+        sink: AlertSink | None = None,
+        external_url: str | None = None,
+    ) -> None:
+        self.ruleset = ruleset
+        self.engine = engine
+        self.sink: AlertSink = sink or LoggingSink()
+        self.external_url = (external_url or "").rstrip("/")
+        self.states = [RuleState(rule) for rule in ruleset.rules]
+        self.metrics = ruleset.metrics
+        self.last_ts: float | None = None
+        self._saved: dict[tuple[str, str], tuple[object, ...]] = {}
+        self._unsent: list[Alert] = []
+        self._orphans: list[StoredAlert] = []
+        self._restore()
+
+    # ---- one evaluation -----------------------------------------------------------------
+
+    def run(self, registry: CollectorRegistry, now: float, interval: float) -> list[Alert]:
+        """Evaluate on what /metrics shows now.
+
+        The monitor calls this after every collection (fresh data: an alert fires within one
+        scrape plus `for`, never a whole interval later because the evaluation ran just before
+        the scrape landed) and on its own `interval` (so rules on slow sources still run).
+        """
+        if self.last_ts is not None and now <= self.last_ts:
+            return []  # this instant is evaluated already
+        return self.evaluate(registry_samples(registry, self.metrics), now, slack=min(0.5, 0.05 * interval))
+
+    def evaluate(self, samples: dict[str, list[Sample]], ts: float, slack: float = 0.0) -> list[Alert]:
+        """Advance every rule at `ts`; returns (and sends) the transitions as Alertmanager alerts."""
+        alerts = [Alert(row.labels, row.annotations, _utc(row.fired_at or row.active_at), _utc(ts))
+                  for row in self._orphans]
+        self._orphans = []
+        for state in self.states:
+            previous_error = state.last_error
+            for transition in state.evaluate(samples, ts, self.external_url, slack):
+                alerts.append(self._as_alert(transition))
+            if state.last_error and state.last_error != previous_error:  # once when it starts or changes
+                log.warning("alert rule %s: %s", state.rule.name, state.last_error)
+        self.last_ts = ts
+        self._send(alerts)
+        self._persist()
+        return alerts
+
+    def _send(self, alerts: list[Alert]) -> None:
+        pending, self._unsent = [*self._unsent, *alerts], []
+        if not pending:
+            return
+        try:
+            self.sink.enqueue(pending, "embedded")
+        except Exception:  # delivery's outbox failing: keep them and offer them again next time
+            log.exception("alert sink refused %d transition(s); retrying at the next evaluation", len(pending))
+            self._unsent = pending
+
+    def _as_alert(self, transition: Transition) -> Alert:
+        alert = transition.alert
+        fired = alert.fired_at if alert.fired_at is not None else transition.at
+        ends = _utc(transition.resolved_at) if transition.resolved_at is not None else None
+        return Alert(dict(alert.labels), dict(alert.annotations), _utc(fired), ends, self._generator_url(transition))
+
+    def _generator_url(self, transition: Transition) -> str:
+        if not self.external_url:
+            return ""
+        return f"{self.external_url}/graph?g0.expr={quote_plus(transition.rule.expr_text)}&g0.tab=1"
+
+    # ---- state across restarts ------------------------------------------------------------
+
+    def _restore(self) -> None:
+        by_key = {state.rule.key: state for state in self.states}
+        stale: list[tuple[str, str]] = []
+        for row in load_alert_states(self.engine):
+            state = by_key.get(row.rule)
+            if state is None or row.state not in ("pending", "firing"):
+                stale.append((row.rule, row.fingerprint))
+                if row.state == "firing":  # its rule is gone: the receivers hear it is over
+                    self._orphans.append(row)
+                continue
+            state.active[row.fingerprint] = ActiveAlert(
+                dict(row.labels), dict(row.annotations), row.value, row.active_at,
+                "firing" if row.state == "firing" else "pending", row.fired_at, row.keep_firing_since)
+        if stale:
+            save_alert_states(self.engine, [], stale)
+        self._saved = {key: snapshot for key, snapshot in self._snapshots()}
+        restored = sum(len(s.active) for s in self.states)
+        if restored:
+            log.info("restored %d pending/firing alert(s) from the store", restored)
+
+    def _snapshots(self) -> list[tuple[tuple[str, str], tuple[object, ...]]]:
+        return [((state.rule.key, fp), (a.state, a.active_at, a.fired_at, a.keep_firing_since))
+                for state in self.states for fp, a in state.active.items()]
+
+    def _persist(self) -> None:
+        current = dict(self._snapshots())
+        changed = [key for key, snap in current.items() if self._saved.get(key) != snap]
+        gone = [key for key in self._saved if key not in current]
+        if not changed and not gone:
+            return
+        by_key = {state.rule.key: state for state in self.states}
+        upserts = []
+        for rule_key, fp in changed:
+            a = by_key[rule_key].active[fp]
+            upserts.append(StoredAlert(rule_key, fp, a.labels, a.annotations, a.state, a.active_at, a.fired_at,
+                                       a.keep_firing_since, a.value if math.isfinite(a.value) else 0.0))
+        try:
+            save_alert_states(self.engine, upserts, gone)
+            self._saved = current
+        except Exception:  # the store failing must not stop alerting; it is tried again next time
+            log.exception("saving alert state failed")
+
+    # ---- views --------------------------------------------------------------------------
+
+    def active(self) -> list[dict[str, Any]]:
+        return [
+            {"labels": a.labels, "annotations": a.annotations, "state": a.state,
+             "value": a.value if math.isfinite(a.value) else str(a.value),
+             "active_at": _iso(a.active_at), "fired_at": _iso(a.fired_at)}
+            for state in self.states for a in state.active.values()
+        ]
+
+    def firing_by_severity(self) -> dict[str, int]:
+        counts = {state.rule.severity: 0 for state in self.states}
+        for state in self.states:
+            for alert in state.active.values():
+                if alert.state == "firing":
+                    severity = alert.labels.get("severity", "")
+                    counts[severity] = counts.get(severity, 0) + 1
+        return counts
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "enabled": True,
+            "rules": len(self.states),
+            "files": [str(path) for path in self.ruleset.files],
+            "last_evaluation": self.last_ts,
+            "firing": sum(self.firing_by_severity().values()),
+            "pending": sum(1 for s in self.states for a in s.active.values() if a.state == "pending"),
+            "left_to_prometheus": [left.as_dict() for left in self.ruleset.left_to_prometheus],
+            "errors": [{"rule": s.rule.name, "error": s.last_error} for s in self.states if s.last_error],
+        }
+
+    def render(self) -> Metric:
+        fam = family("inference_monitor_alerts_firing")
+        for severity, count in sorted(self.firing_by_severity().items()):
+            fam.add_sample("inference_monitor_alerts_firing", {"severity": severity}, float(count))
+        return fam

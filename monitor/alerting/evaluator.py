@@ -1,0 +1,122 @@
+"""Alerting-rule semantics, as Prometheus' rules/alerting.go applies them (pure: no I/O, no clock).
+
+At each evaluation time `ts`, per rule:
+- every sample of the expression becomes an alert with labels = the series' labels without
+  `__name__`, then the rule's labels (templated), then `alertname`; a new one is *pending*
+  with `active_at = ts`; a known one takes the new value and annotations;
+- a pending alert whose `ts - active_at >= for` becomes *firing* (`fired_at = ts`): a transition;
+- an alert missing from the result is dropped; if it was firing it is *resolved* at `ts` (a
+  transition) - unless `keep_firing_for` holds it, counted from the first evaluation it was missing;
+- two samples that end up with the same alert labels are an evaluation error: nothing changes.
+
+Prometheus evaluates on an exact grid; the monitor evaluates when fresh data arrives, a few
+milliseconds off any grid, so durations are compared with `slack` seconds of tolerance (a
+fraction of the interval: `for: 30s` still means the evaluation 30 s after the first one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from monitor.alerting.expr import Samples
+from monitor.alerting.model import fingerprint
+from monitor.alerting.rules import AlertRule
+from monitor.alerting.templates import TemplateData
+
+State = Literal["pending", "firing"]
+
+
+class EvaluationError(ValueError):
+    pass
+
+
+@dataclass
+class ActiveAlert:
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    value: float
+    active_at: float
+    state: State = "pending"
+    fired_at: float | None = None
+    keep_firing_since: float | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.labels)
+
+
+@dataclass(frozen=True)
+class Transition:
+    """An alert became firing, or was resolved (then `resolved_at` is set)."""
+
+    rule: AlertRule
+    alert: ActiveAlert
+    at: float
+    resolved_at: float | None = None
+
+    @property
+    def status(self) -> str:
+        return "resolved" if self.resolved_at is not None else "firing"
+
+
+@dataclass
+class RuleState:
+    rule: AlertRule
+    active: dict[str, ActiveAlert] = field(default_factory=dict)  # by fingerprint
+    last_error: str | None = None
+    last_evaluation: float | None = None
+
+    def evaluate(self, samples: Samples, ts: float, external_url: str = "", slack: float = 0.0) -> list[Transition]:
+        try:
+            found = self._alerts(samples, external_url)
+        except EvaluationError as exc:
+            self.last_error = str(exc)
+            return []
+        self.last_error = None
+        self.last_evaluation = ts
+        for fp, alert in found.items():
+            known = self.active.get(fp)
+            if known is not None:
+                known.value, known.annotations = alert.value, alert.annotations
+            else:
+                alert.active_at = ts
+                self.active[fp] = alert
+        return self._advance(found, ts, slack)
+
+    def _alerts(self, samples: Samples, external_url: str) -> dict[str, ActiveAlert]:
+        rule = self.rule
+        found: dict[str, ActiveAlert] = {}
+        for series, value in rule.expr.eval(samples):
+            data = TemplateData(series, value, external_url)
+            labels = {k: v for k, v in series.items() if k != "__name__"}
+            labels.update({name: template.render(data) for name, template in rule.labels.items()})
+            labels["alertname"] = rule.name
+            labels = {k: v for k, v in labels.items() if v != ""}  # an empty label is no label, as in Prometheus
+            alert = ActiveAlert(labels, {k: t.render(data) for k, t in rule.annotations.items()}, value, 0.0)
+            fp = alert.fingerprint
+            if fp in found:
+                raise EvaluationError(f"{rule.name}: two series give the same alert labels {labels}")
+            found[fp] = alert
+        return found
+
+    def _advance(self, found: Mapping[str, ActiveAlert], ts: float, slack: float) -> list[Transition]:
+        rule = self.rule
+        transitions: list[Transition] = []
+        for fp, alert in list(self.active.items()):
+            if fp not in found:
+                if alert.state == "firing" and rule.keep_firing_for_seconds > 0:
+                    if alert.keep_firing_since is None:
+                        alert.keep_firing_since = ts
+                    if ts - alert.keep_firing_since < rule.keep_firing_for_seconds - slack:
+                        continue
+                del self.active[fp]
+                if alert.state == "firing":
+                    transitions.append(Transition(rule, alert, ts, resolved_at=ts))
+                continue
+            alert.keep_firing_since = None
+            if alert.state == "pending" and ts - alert.active_at >= rule.for_seconds - slack:
+                alert.state, alert.fired_at = "firing", ts
+                transitions.append(Transition(rule, alert, ts))
+        return transitions

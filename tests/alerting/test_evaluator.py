@@ -1,0 +1,161 @@
+"""Rule-state semantics (for, keep_firing_for, resolve, duplicate labels) and the embedded
+evaluator around it: transitions to the sink exactly once, state kept across restarts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from monitor.alerting.embedded import EmbeddedEvaluator
+from monitor.alerting.evaluator import RuleState
+from monitor.alerting.expr import Sample, parse
+from monitor.alerting.model import Alert
+from monitor.alerting.rules import AlertRule, RuleSet
+from monitor.alerting.templates import Template
+from monitor.store.session import Store
+
+
+def make_rule(expr: str, for_s: float = 0.0, keep_s: float = 0.0, **labels: str) -> AlertRule:
+    return AlertRule("Hot", "g", "g/Hot/0", expr, parse(expr), for_s, keep_s,
+                     {"severity": Template("warning"), **{k: Template(v) for k, v in labels.items()}},
+                     {"description": Template("{{ $labels.gpu }} at {{ $value }}")})
+
+
+def temps(*values: float) -> dict[str, list[Sample]]:
+    return {"t": [({"__name__": "t", "gpu": str(i)}, v) for i, v in enumerate(values)]}
+
+
+def states(state: RuleState) -> dict[str, str]:
+    return {a.labels["gpu"]: a.state for a in state.active.values()}
+
+
+def test_pending_then_firing_after_for_then_resolved() -> None:
+    state = RuleState(make_rule("t > 80", for_s=30))
+    assert state.evaluate(temps(90, 50), 0) == [] and states(state) == {"0": "pending"}
+    assert state.evaluate(temps(90, 50), 15) == []
+    [fired] = state.evaluate(temps(91, 50), 30)
+    assert fired.status == "firing" and fired.alert.fired_at == 30 and fired.alert.active_at == 0
+    assert fired.alert.labels == {"gpu": "0", "severity": "warning", "alertname": "Hot"}
+    assert fired.alert.annotations == {"description": "0 at 91"} and fired.alert.value == 91
+    assert state.evaluate(temps(95, 50), 45) == []  # still firing: no second transition
+    [resolved] = state.evaluate(temps(70, 50), 60)
+    assert resolved.status == "resolved" and resolved.resolved_at == 60 and states(state) == {}
+
+
+def test_a_dip_restarts_for_and_a_pending_alert_resolves_silently() -> None:
+    state = RuleState(make_rule("t > 80", for_s=30))
+    state.evaluate(temps(90), 0)
+    assert state.evaluate(temps(70), 15) == [] and states(state) == {}  # pending gone, nothing sent
+    state.evaluate(temps(90), 30)
+    assert state.evaluate(temps(90), 45) == [] and next(iter(state.active.values())).active_at == 30
+    assert [t.status for t in state.evaluate(temps(90), 60)] == ["firing"]
+
+
+def test_without_for_an_alert_fires_at_its_first_evaluation() -> None:
+    assert [t.status for t in RuleState(make_rule("t > 80")).evaluate(temps(81), 0)] == ["firing"]
+
+
+def test_keep_firing_for_holds_a_firing_alert_after_the_condition_clears() -> None:
+    state = RuleState(make_rule("t > 80", keep_s=30))
+    state.evaluate(temps(90), 0)
+    assert state.evaluate(temps(50), 15) == [] and states(state) == {"0": "firing"}  # missing since 15
+    assert state.evaluate(temps(90), 30) == []  # back: the hold resets
+    assert state.evaluate(temps(50), 45) == [] and state.evaluate(temps(50), 60) == []  # held 45..75
+    [resolved] = state.evaluate(temps(50), 75)
+    assert resolved.status == "resolved" and resolved.resolved_at == 75
+
+
+def test_two_series_with_the_same_alert_labels_are_an_error_that_changes_nothing() -> None:
+    state = RuleState(make_rule("t > 80", gpu="all"))
+    assert state.evaluate(temps(90, 95), 0) == []
+    assert state.active == {} and state.last_error and "same alert labels" in state.last_error
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.sent: list[Alert] = []
+        self.fail = False
+
+    def enqueue(self, alerts: Sequence[Alert], source: str) -> None:
+        assert source == "embedded"
+        if self.fail:
+            raise RuntimeError("outbox unavailable")
+        self.sent.extend(alerts)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(f"sqlite:///{tmp_path / 'alerts.db'}")
+
+
+def evaluator(store: Store, sink: RecordingSink, **kwargs: float) -> EmbeddedEvaluator:
+    return EmbeddedEvaluator(RuleSet([make_rule("t > 80", **kwargs)]), store.engine, sink,
+                             external_url="http://mon:9480/")
+
+
+def at(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+def test_transitions_reach_the_sink_once_as_alertmanager_alerts(store: Store) -> None:
+    sink = RecordingSink()
+    embedded = evaluator(store, sink, for_s=30)
+    for ts in (1000, 1015, 1030, 1045, 1060):
+        embedded.evaluate(temps(90), ts)
+    embedded.evaluate(temps(50), 1075)
+    firing, resolved = sink.sent
+    assert (firing.status, firing.starts_at, firing.ends_at) == ("firing", at(1030), None)
+    assert (resolved.status, resolved.starts_at, resolved.ends_at) == ("resolved", at(1030), at(1075))
+    assert firing.fingerprint == resolved.fingerprint and firing.labels["alertname"] == "Hot"
+    assert firing.generator_url == "http://mon:9480/graph?g0.expr=t+%3E+80&g0.tab=1"
+
+
+def test_a_firing_alert_survives_a_restart_without_a_second_firing(store: Store) -> None:
+    sink = RecordingSink()
+    first = evaluator(store, sink, for_s=30)
+    for ts in (1000, 1015, 1030):
+        first.evaluate(temps(90), ts)
+    assert [a.status for a in sink.sent] == ["firing"]
+    restarted = evaluator(store, sink, for_s=30)  # same SQLite file
+    assert restarted.active()[0]["state"] == "firing"
+    assert restarted.active()[0]["fired_at"] == "1970-01-01T00:17:10Z"
+    restarted.evaluate(temps(90), 1045)
+    assert [a.status for a in sink.sent] == ["firing"]
+    restarted.evaluate(temps(50), 1060)
+    assert [a.status for a in sink.sent] == ["firing", "resolved"] and sink.sent[1].starts_at == at(1030)
+    assert evaluator(store, sink, for_s=30).active() == []  # resolved is forgotten
+
+
+def test_a_pending_alert_keeps_its_start_across_a_restart(store: Store) -> None:
+    sink = RecordingSink()
+    evaluator(store, sink, for_s=30).evaluate(temps(90), 1000)
+    restarted = evaluator(store, sink, for_s=30)
+    restarted.evaluate(temps(90), 1015)
+    assert sink.sent == []
+    restarted.evaluate(temps(90), 1030)  # 30 s after the first evaluation, not after the restart
+    assert [(a.status, a.starts_at) for a in sink.sent] == [("firing", at(1030))]
+
+
+def test_a_refusing_sink_gets_the_transition_again_next_time(store: Store) -> None:
+    sink = RecordingSink()
+    embedded = evaluator(store, sink)
+    sink.fail = True
+    embedded.evaluate(temps(90), 1000)
+    sink.fail = False
+    embedded.evaluate(temps(90), 1015)
+    assert [a.status for a in sink.sent] == ["firing"]
+
+
+def test_firing_counts_per_severity(store: Store) -> None:
+    embedded = evaluator(store, RecordingSink())
+    embedded.evaluate(temps(90, 95, 10), 1000)
+    assert embedded.firing_by_severity() == {"warning": 2}
+    assert [(s.labels, s.value) for s in embedded.render().samples] == [({"severity": "warning"}, 2.0)]
+
+
+def test_a_rule_label_that_renders_empty_is_dropped() -> None:
+    [fired] = RuleState(make_rule("t > 80", team="{{ $labels.team }}")).evaluate(temps(90), 0)
+    assert "team" not in fired.alert.labels

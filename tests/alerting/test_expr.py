@@ -1,0 +1,83 @@
+"""The PromQL subset: what parses, what is refused, and Prometheus' semantics on one instant."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from monitor.alerting.expr import OutsideSubset, Sample, metric_names, parse
+
+
+def series(name: str, value: float, **labels: str) -> Sample:
+    return ({"__name__": name, **labels}, value)
+
+
+SAMPLES: dict[str, list[Sample]] = {
+    "a": [series("a", 5, node="n1", gpu="0"), series("a", 0.5, node="n1", gpu="1"),
+          series("a", 20, node="n2", gpu="2"), series("a", math.nan, node="n3", gpu="3")],
+    "b": [series("b", 1, node="n1"), series("b", 0, node="n2")],
+    "c": [series("c", 7, node="n1", gpu="0")],
+}
+
+
+def run(text: str) -> list[tuple[dict[str, str], float]]:
+    return sorted(((dict(labels), value) for labels, value in parse(text).eval(SAMPLES)),
+                  key=lambda s: sorted(s[0].items()))
+
+
+def gpus(text: str) -> list[str]:
+    return sorted(labels.get("gpu", labels.get("node", "")) for labels, _ in run(text))
+
+
+def test_comparison_filters_and_keeps_the_sample_with_its_name() -> None:
+    assert run("a > 4") == [({"__name__": "a", "node": "n1", "gpu": "0"}, 5.0),
+                            ({"__name__": "a", "node": "n2", "gpu": "2"}, 20.0)]
+    assert gpus("4 < a") == ["0", "2"]  # a number on the left keeps the vector's samples
+    assert gpus("a != 5") == ["1", "2", "3"]  # NaN != 5, as in Go
+    assert gpus("a >= 5 <= 5") == ["0"]  # chained comparisons, left to right
+    assert gpus("a == 0.5") == ["1"] and gpus("a > -1e3") == ["0", "1", "2"]
+
+
+def test_matchers_and_anchored_regexes() -> None:
+    assert gpus('a{gpu="1"}') == ["1"]
+    assert gpus('a{gpu!="1",node=~"n[12]"}') == ["0", "2"]
+    assert gpus('a{node=~"n"}') == []  # anchored: "n" does not match "n1"
+    assert gpus('a{gpu!~"0|1"} > 0') == ["2"]
+    assert gpus('a{missing=""}') == ["0", "1", "2", "3"]  # an absent label equals ""
+
+
+def test_set_operators_match_on_all_labels_but_the_name() -> None:
+    assert gpus("a > 1 and c > 0") == ["0"]  # same labels, different metric names
+    assert gpus("a > 1 unless c > 0") == ["2"]
+    assert [labels["__name__"] for labels, _ in run("c > 100 or a > 10")] == ["a"]
+    names = [labels["__name__"] for labels, _ in parse("c > 0 or a > 1").eval(SAMPLES)]
+    assert names == ["c", "a"]  # all of the left side; a{gpu="0"} matched c's labels, so only a{gpu="2"}
+
+
+def test_on_and_ignoring() -> None:
+    assert gpus("a > 0 and on(node) b == 1") == ["0", "1"]
+    assert gpus("a > 0 unless on(node) b == 1") == ["2"]
+    assert gpus("b > 0 and ignoring(gpu) c > 0") == ["n1"]
+    assert gpus("(a > 10 or c > 0) and on(node) (b == 0)") == ["2"]
+    assert gpus("a > 0 and on() b > 0") == ["0", "1", "2"]  # on(): one group, both sides non-empty
+
+
+def test_or_binds_looser_than_and() -> None:
+    # a > 10 or (c > 0 and b > 0): c has no b partner with identical labels
+    assert gpus("a > 10 or c > 0 and b > 0") == ["2"]
+
+
+@pytest.mark.parametrize("text", [
+    "rate(a[5m]) > 1", "a[5m]", "a offset 5m > 1", "a @ 100 > 1", "sum(a) > 1", "a + 1 > 2",
+    "a > bool 1", "a > b", "a > 1 and on(node) group_left b", '{__name__="a"} > 1', "a >", "(a > 1",
+    "a > 1 and", 'a{node=~"("} > 1', "1 > 2", "a > 1 b",
+])
+def test_outside_the_subset_is_refused_with_a_reason(text: str) -> None:
+    with pytest.raises(OutsideSubset) as caught:
+        parse(text)
+    assert str(caught.value)
+
+
+def test_metric_names_of_an_expression() -> None:
+    assert metric_names(parse("(a > 1 or c > 0) and on(node) b == 1")) == {"a", "b", "c"}
