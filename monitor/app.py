@@ -13,6 +13,7 @@ from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from monitor.alerting.am_receiver import add_alertmanager_route
 from monitor.runtime import Job, Monitor
 
 log = logging.getLogger("monitor.app")
@@ -53,6 +54,8 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     @app.get("/api/v1/status")
     async def status() -> dict[str, object]:
         return monitor.status()
+
+    add_alertmanager_route(app, monitor.delivery, monitor.settings.api.token)
 
     return app
 

@@ -71,6 +71,10 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef("inference_monitor_collector_success", "gauge", ("collector", "target"), "1 if the collector's last run succeeded.", "self"),
         MetricDef("inference_monitor_collector_duration_seconds", "gauge", ("collector", "target"), "Duration of the collector's last run.", "self"),
         MetricDef("inference_monitor_last_success_timestamp_seconds", "gauge", ("collector", "target"), "Unix time of the collector's last successful run.", "self"),
+        # alerting: delivery of notifications (the outbox and its receivers)
+        MetricDef("inference_monitor_notifications_total", "counter", ("receiver", "outcome"), "Notification send attempts by outcome: sent, retried (will try again), failed (given up: a permanent error), dropped_expired (past the retry deadline).", "alerting"),
+        MetricDef("inference_monitor_outbox_pending", "gauge", ("receiver",), "Notifications queued for the receiver and not yet delivered.", "alerting"),
+        MetricDef("inference_monitor_notifications_failing", "gauge", ("receiver",), "1 while the receiver's last send attempt failed.", "alerting"),
     ]
 }
 

@@ -11,6 +11,7 @@ import socket
 from pathlib import Path
 from typing import Any, Literal
 
+import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, SecretStr, ValidationError, field_validator
 from pydantic_core import core_schema
@@ -186,6 +187,39 @@ class ReceiverSettings(_Section):
     group_wait: Duration = Field(Duration("30s"))
     group_interval: Duration = Field(Duration("5m"))
     repeat_interval: Duration = Field(Duration("4h"))
+    # Secrets from files (a mounted Kubernetes secret, a credentials file): read once at start-up.
+    url_file: Path | None = Field(None, description="File holding `url` (instead of writing it here)")
+    secret_file: Path | None = Field(None, description="File holding `secret`")
+    token_file: Path | None = Field(None, description="File holding `token`")
+    max_alerts: int = Field(0, ge=0, description="Most alerts in one message, 0 = all (webhook truncatedAlerts)")
+    timeout: Duration = Field(Duration("10s"), description="Deadline for one send")
+    retry_deadline: Duration = Field(Duration("24h"), description="A notification still failing after this is dropped")
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _files_and_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for key in ("url", "secret", "token"):
+            path = data.get(f"{key}_file")
+            if path is not None and data.get(key) is None:
+                data[key] = _read_secret_file(Path(path), f"{key}_file")
+        # Alertmanager's defaults: webhook sends resolved notifications, slack and wechat do not.
+        # Feishu and DingTalk are not Alertmanager integrations: like webhook, they do.
+        if "send_resolved" not in data:
+            data["send_resolved"] = data.get("type") not in ("slack", "wecom")
+        return data
+
+
+def _read_secret_file(path: Path, key: str) -> str:
+    try:
+        text = path.read_text().strip()
+    except OSError as exc:
+        raise ValueError(f"{key}: cannot read {path}: {exc.strerror}") from None
+    if not text:
+        raise ValueError(f"{key}: {path} is empty")
+    return text
 
 
 class AlertingSettings(_Section):

@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 
 from monitor import __version__
+from monitor.alerting.delivery import Delivery, render_delivery
+from monitor.alerting.model import AlertSink
 from monitor.config import Settings
 from monitor.exporter import Renderer, TextWriter, make_registry, render_health, render_text
 from monitor.health import HealthBook
@@ -55,12 +57,17 @@ class Monitor:
         self.infra = InfraCollector(settings.infra, self.client, self.health, wall, load_nvml)
         self.jobs.append(Job("infra", settings.infra.interval.seconds, self.infra.collect))
         self.jobs.append(Job("retention", 3600.0, self.prune))
+        # alerting delivery: the evaluator and POST /api/v1/alertmanager write to the sink (the outbox)
+        self.delivery = Delivery(settings.alerting, self.store.engine, self.client, wall)
+        self.sink: AlertSink = self.delivery
+        self.jobs.append(Job("delivery", 1.0, self.delivery.run_once))
         renderers: list[Renderer] = [
             lambda: render_service(self.service.view),
             lambda: [render_objectives(self.service.view)],
             lambda: render_infra(self.infra.view),
             lambda: render_health(self.health),
         ]
+        renderers.append(lambda: render_delivery(self.delivery))
         self.registry = make_registry(renderers)
         self.writer = TextWriter()
 
@@ -102,6 +109,7 @@ class Monitor:
 
     async def prune(self) -> None:
         self.store.prune(self.wall() - self.settings.storage.retention.seconds)
+        await self.delivery.prune(self.wall() - self.settings.storage.retention.seconds)
 
     async def aclose(self) -> None:
         self.store.close()
