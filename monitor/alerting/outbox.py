@@ -100,12 +100,15 @@ class Outbox:
         group = session.scalar(
             select(OutboxGroup).where(OutboxGroup.receiver == settings.name, OutboxGroup.group_key == key)
         )
+        # Alertmanager already waited its group_wait / group_interval before posting: no second wait.
+        from_alertmanager = source == "alertmanager"
         if group is None:
-            # Alertmanager already waited its group_wait before posting to us: no second wait.
-            wait = 0.0 if source == "alertmanager" else settings.group_wait.seconds
+            wait = 0.0 if from_alertmanager else settings.group_wait.seconds
             session.add(
                 OutboxGroup(receiver=settings.name, group_key=key, group_labels=_dump(labels), next_flush_at=now + wait)
             )
+        elif from_alertmanager:
+            group.next_flush_at = min(group.next_flush_at, now)
 
     # -- grouping ---------------------------------------------------------------------------
 
@@ -154,7 +157,7 @@ class Outbox:
     def _queue(
         self, session: Session, settings: ReceiverSettings, group: OutboxGroup, rows: list[AlertTransition], now: float
     ) -> None:
-        rows = sorted(rows, key=lambda r: (r.status != "firing", r.starts_at, r.fingerprint))
+        rows = sorted(rows, key=_message_order)
         keep = rows[: settings.max_alerts] if settings.max_alerts else rows
         session.add(
             OutboxNotification(
@@ -301,6 +304,13 @@ def _recent_row(row: AlertTransition, deliveries: dict[str, str]) -> dict[str, A
         "ends_at": row.ends_at,
         "deliveries": deliveries,
     }
+
+
+def _message_order(row: AlertTransition) -> tuple[bool, str, str, list[tuple[str, str]]]:
+    """Firing first (a truncated message keeps what matters), then Alertmanager's order:
+    job, instance, then the whole label set."""
+    labels = json.loads(row.labels)
+    return row.status != "firing", labels.get("job", ""), labels.get("instance", ""), sorted(labels.items())
 
 
 def _last(group: OutboxGroup) -> LastNotification | None:
