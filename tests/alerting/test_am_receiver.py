@@ -117,7 +117,8 @@ def test_no_secret_in_logs_errors_or_responses(caplog: pytest.LogCaptureFixture)
             im.up(kind)
         wait_for(lambda: all(len(im.accepted(k)) == 1 for k in TOKENS))
         pages = [client.get(p).text for p in ("/api/v1/status", "/metrics")]
-        pages.append(client.post("/api/v1/alertmanager", json=am_payload(), headers={"Authorization": "Bearer no"}).text)
+        wrong = {"Authorization": "Bearer no"}
+        pages.append(client.post("/api/v1/alertmanager", json=am_payload(), headers=wrong).text)
         pages.append(repr(monitor.settings) + monitor.settings.model_dump_json())
         pages.append(str(monitor.delivery.recent(10)))
     assert "send failed" in caplog.text  # the outage was logged ...

@@ -19,7 +19,9 @@ from tests.alerting.imserver import ImServer
 Scenario = Callable[[Delivery, Clock], Awaitable[Any]]
 
 
-def run(receivers: list[ReceiverSettings], scenario: Scenario, url: str = "sqlite://", clock: Clock | None = None) -> Any:
+def run(
+    receivers: list[ReceiverSettings], scenario: Scenario, url: str = "sqlite://", clock: Clock | None = None
+) -> Any:
     clock = clock or Clock()
 
     async def main() -> Any:
@@ -222,7 +224,8 @@ def test_recent_shows_delivery_state_per_receiver() -> None:
 
         rx = [receiver(im, "webhook", group_wait="1s"), receiver(im, "wecom", group_wait="1s")]
         rows = run(rx, scenario)
-        assert [(r["labels"]["gpu"], r["status"]) for r in rows] == [("2", "firing"), ("1", "resolved"), ("1", "firing")]
+        seen = [(r["labels"]["gpu"], r["status"]) for r in rows]
+        assert seen == [("2", "firing"), ("1", "resolved"), ("1", "firing")]
         assert rows[2]["deliveries"] == {"webhook-rx": "sent", "wecom-rx": "pending"}
         assert rows[1]["deliveries"] == {"webhook-rx": "waiting", "wecom-rx": "waiting"}
 
