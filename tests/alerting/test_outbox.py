@@ -11,10 +11,13 @@ from typing import Any
 import httpx
 
 from monitor.alerting.delivery import Delivery, render_delivery
+from monitor.catalog import CATALOG
 from monitor.config import AlertingSettings, ReceiverSettings
+from monitor.exporter import make_registry, render_text
 from monitor.store.session import Store
 from tests.alerting.helpers import Clock, alert, all_receivers, receiver
 from tests.alerting.imserver import ImServer
+from tests.golden import assert_promtool_accepts, emitted_families
 
 Scenario = Callable[[Delivery, Clock], Awaitable[Any]]
 
@@ -239,3 +242,23 @@ def test_all_kinds_together() -> None:
 
         run(all_receivers(im), scenario)
         assert [len(im.accepted(k)) for k in ("webhook", "slack", "feishu", "dingtalk", "wecom")] == [1] * 5
+
+
+def test_self_metrics_are_catalogued_and_pass_promtool(tmp_path: Path) -> None:
+    with ImServer() as im:
+        im.fail_next("webhook", 1)
+
+        async def scenario(d: Delivery, clock: Clock) -> str:
+            d.enqueue([alert()], "embedded")
+            await tick(d, clock, 1)
+            await tick(d, clock, 5)
+            return render_text(make_registry([lambda: render_delivery(d)])).decode()
+
+        text = run([receiver(im, "webhook", group_wait="1s")], scenario)
+    assert 'inference_monitor_notifications_total{outcome="retried",receiver="webhook-rx"} 1.0' in text
+    assert 'inference_monitor_notifications_total{outcome="sent",receiver="webhook-rx"} 1.0' in text
+    page = tmp_path / "delivery.prom"
+    page.write_text(text)
+    assert_promtool_accepts(page)
+    emitted = {n + "_total" if f"{n}_total" in CATALOG else n for n in emitted_families(page)}
+    assert emitted == {name for name, d in CATALOG.items() if d.layer == "alerting"}
