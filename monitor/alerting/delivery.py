@@ -55,6 +55,8 @@ class Delivery:
             if receivers is not None
             else {name: build_receiver(config, client) for name, config in configs.items()}
         )
+        # how long a send may hold a notification: its timeout and a margin
+        self.lease = {name: config.timeout.seconds + 5.0 for name, config in configs.items()}
         self.outbox = Outbox(engine, configs, wall, settings.external_url or "")
         self.wall = wall
         self.counts: Counter[tuple[str, str]] = Counter()
@@ -98,6 +100,8 @@ class Delivery:
             limit = receiver.rate_limit
             if limit is not None and limit.wait(now) > 0:
                 return  # over the platform's rate: stays queued for the next run
+            if not self.outbox.claim(due, now + self.lease.get(name, 35.0)):
+                return  # another replica is sending it
             if limit is not None:
                 limit.record(now)
             outcome = await receiver.send(due.notification)

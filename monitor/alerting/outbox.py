@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
@@ -118,8 +118,20 @@ class Outbox:
         with Session(self.engine) as session, session.begin():
             due = session.scalars(select(OutboxGroup).where(OutboxGroup.next_flush_at <= now).order_by(OutboxGroup.id))
             for group in list(due):
-                queued += self._flush(session, group, now)
+                if self._claim_group(session, group):
+                    queued += self._flush(session, group, now)
         return queued
+
+    @staticmethod
+    def _claim_group(session: Session, group: OutboxGroup) -> bool:
+        """Two replicas sharing PostgreSQL: the first to move the group's flush time flushes it."""
+        claimed = session.execute(
+            update(OutboxGroup)
+            .where(OutboxGroup.id == group.id, OutboxGroup.next_flush_at == group.next_flush_at)
+            .values(next_flush_at=group.next_flush_at + 1e-3)
+            .execution_options(synchronize_session=False)
+        )
+        return int(getattr(claimed, "rowcount", 0) or 0) == 1
 
     def _flush(self, session: Session, group: OutboxGroup, now: float) -> int:
         settings = self.receivers.get(group.receiver)
@@ -195,6 +207,21 @@ class Outbox:
             )
             return Due(row.id, row.attempts, row.next_attempt_at, row.deadline, notification)
 
+    def claim(self, due: Due, until: float) -> bool:
+        """Take a notification for one send: another replica sharing the database skips it, and
+        a crash in the middle of the send releases it when `until` passes (then it is retried)."""
+        with Session(self.engine) as session, session.begin():
+            claimed = session.execute(
+                update(OutboxNotification)
+                .where(
+                    OutboxNotification.id == due.id,
+                    OutboxNotification.state == "pending",
+                    OutboxNotification.next_attempt_at == due.next_attempt_at,
+                )
+                .values(next_attempt_at=until)
+            )
+            return int(getattr(claimed, "rowcount", 0) or 0) == 1
+
     def settle(self, notification_id: int, state: str, error: str | None, retry_at: float | None = None) -> int:
         """Record an attempt: state sent | failed | expired, or pending again with `retry_at`."""
         with Session(self.engine) as session, session.begin():
@@ -216,8 +243,8 @@ class Outbox:
                 .where(OutboxNotification.state == "pending")
                 .group_by(OutboxNotification.receiver)
             )
-            counts = {name: 0 for name in self.receivers}
-            counts.update({name: int(n) for name, n in rows})
+            counts = dict.fromkeys(self.receivers, 0)
+            counts.update({name: int(n) for name, n in rows if name in counts})
             return counts
 
     # -- reading and pruning ----------------------------------------------------------------

@@ -262,3 +262,26 @@ def test_self_metrics_are_catalogued_and_pass_promtool(tmp_path: Path) -> None:
     assert_promtool_accepts(page)
     emitted = {n + "_total" if f"{n}_total" in CATALOG else n for n in emitted_families(page)}
     assert emitted == {name for name, d in CATALOG.items() if d.layer == "alerting"}
+
+
+def test_two_replicas_sharing_the_database_send_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/shared.db"
+    clock = Clock()
+    with ImServer() as im:
+        rx = [receiver(im, "webhook", group_wait="1s"), receiver(im, "feishu", group_wait="1s")]
+
+        async def main() -> None:
+            stores = [Store(url), Store(url)]
+            async with httpx.AsyncClient() as client:
+                a, b = (Delivery(AlertingSettings(receivers=rx), s.engine, client, clock) for s in stores)
+                a.enqueue([alert(gpu="1"), alert("TargetDown", target="x")], "embedded")
+                b.enqueue([alert(gpu="1")], "alertmanager")  # the same transition, reported by the other
+                for _ in range(4):
+                    clock.advance(1)
+                    await asyncio.gather(a.run_once(), b.run_once())
+            for s in stores:
+                s.close()
+
+        asyncio.run(main())
+        assert sorted(b["commonLabels"]["alertname"] for b in im.accepted("webhook")) == ["GPUHot", "TargetDown"]
+        assert len(im.accepted("feishu")) == 2
