@@ -6,6 +6,7 @@ the key and the reason (`ConfigError`), never later inside a collector.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from pathlib import Path
@@ -191,6 +192,9 @@ class ReceiverSettings(_Section):
     url_file: Path | None = Field(None, description="File holding `url` (instead of writing it here)")
     secret_file: Path | None = Field(None, description="File holding `secret`")
     token_file: Path | None = Field(None, description="File holding `token`")
+    url_env: str | None = Field(None, description="Environment variable holding `url`")
+    secret_env: str | None = Field(None, description="Environment variable holding `secret`")
+    token_env: str | None = Field(None, description="Environment variable holding `token`")
     max_alerts: int = Field(0, ge=0, description="Most alerts in one message, 0 = all (webhook truncatedAlerts)")
     timeout: Duration = Field(Duration("10s"), description="Deadline for one send")
     retry_deadline: Duration = Field(Duration("24h"), description="A notification still failing after this is dropped")
@@ -202,9 +206,11 @@ class ReceiverSettings(_Section):
             return data
         data = dict(data)
         for key in ("url", "secret", "token"):
-            path = data.get(f"{key}_file")
+            path, variable = data.get(f"{key}_file"), data.get(f"{key}_env")
             if path is not None and data.get(key) is None:
                 data[key] = _read_secret_file(Path(path), f"{key}_file")
+            if variable is not None and data.get(key) is None:
+                data[key] = _read_secret_env(str(variable), f"{key}_env")
         # Alertmanager's defaults: webhook sends resolved notifications, slack and wechat do not.
         # Feishu and DingTalk are not Alertmanager integrations: like webhook, they do.
         if "send_resolved" not in data:
@@ -220,6 +226,13 @@ def _read_secret_file(path: Path, key: str) -> str:
     if not text:
         raise ValueError(f"{key}: {path} is empty")
     return text
+
+
+def _read_secret_env(variable: str, key: str) -> str:
+    value = os.environ.get(variable, "").strip()
+    if not value:
+        raise ValueError(f"{key}: environment variable {variable} is not set")
+    return value
 
 
 class AlertingSettings(_Section):
