@@ -104,7 +104,11 @@ class Delivery:
                 return  # another replica is sending it
             if limit is not None:
                 limit.record(now)
-            outcome = await receiver.send(due.notification)
+            try:
+                outcome = await receiver.send(due.notification)
+            except Exception as exc:  # a bug rendering one message must not stall the queue behind it
+                log.exception("receiver %s: cannot build notification %d", name, due.id)
+                outcome = Outcome(False, False, f"internal error: {type(exc).__name__}")
             self._settle(name, due, outcome)
             if not outcome.sent and outcome.retry:
                 return
