@@ -120,7 +120,24 @@ class Outbox:
             for group in list(due):
                 if self._claim_group(session, group):
                     queued += self._flush(session, group, now)
+            self._adopt_orphans(session, now)
         return queued
+
+    def _adopt_orphans(self, session: Session, now: float) -> None:
+        """Members whose group a concurrent flush deleted (replicas sharing PostgreSQL) get it back."""
+        orphans = session.execute(
+            select(OutboxMember.receiver, OutboxMember.group_key, func.min(OutboxMember.transition_id))
+            .where(
+                ~select(OutboxGroup.id)
+                .where(OutboxGroup.receiver == OutboxMember.receiver, OutboxGroup.group_key == OutboxMember.group_key)
+                .exists()
+            )
+            .group_by(OutboxMember.receiver, OutboxMember.group_key)
+        ).all()
+        for receiver, key, tid in orphans:
+            settings, row = self.receivers.get(receiver), session.get(AlertTransition, tid)
+            labels = group_labels(json.loads(row.labels), settings.group_by) if settings and row else {}
+            session.add(OutboxGroup(receiver=receiver, group_key=key, group_labels=_dump(labels), next_flush_at=now))
 
     @staticmethod
     def _claim_group(session: Session, group: OutboxGroup) -> bool:

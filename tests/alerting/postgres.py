@@ -43,12 +43,11 @@ def postgres_server() -> Iterator[str]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    run = dict(check=True, capture_output=True, timeout=60)
-    subprocess.run(_as_server_user([str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "infermon",
-                                    "--no-sync"]), **run)  # type: ignore[call-overload]
+    initdb = [str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "infermon", "--no-sync"]
+    subprocess.run(_as_server_user(initdb), check=True, capture_output=True, timeout=60)
     options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
-    subprocess.run(_as_server_user([str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-w", "-l",
-                                    str(root / "log"), "start"]), **run)  # type: ignore[call-overload]
+    start = [str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-w", "-l", str(root / "log"), "start"]
+    subprocess.run(_as_server_user(start), check=True, capture_output=True, timeout=60)
     try:
         yield f"postgresql+psycopg://infermon@127.0.0.1:{port}/postgres"
     finally:

@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from sqlalchemy import delete
 
 from monitor.alerting.delivery import Delivery, render_delivery
 from monitor.catalog import CATALOG
 from monitor.config import AlertingSettings, ReceiverSettings
 from monitor.exporter import make_registry, render_text
+from monitor.store.outbox import OutboxGroup
 from monitor.store.session import Store
 from tests.alerting.helpers import Clock, alert, all_receivers, receiver
 from tests.alerting.imserver import ImServer
@@ -285,3 +287,17 @@ def test_two_replicas_sharing_the_database_send_once(tmp_path: Path) -> None:
         asyncio.run(main())
         assert sorted(b["commonLabels"]["alertname"] for b in im.accepted("webhook")) == ["GPUHot", "TargetDown"]
         assert len(im.accepted("feishu")) == 2
+
+
+def test_alert_whose_group_a_concurrent_flush_deleted_is_still_delivered() -> None:
+    with ImServer() as im:
+
+        async def scenario(d: Delivery, clock: Clock) -> None:
+            d.enqueue([alert()], "embedded")
+            with d.outbox.engine.begin() as conn:  # as if another replica's flush had just removed it
+                conn.execute(delete(OutboxGroup))
+            await tick(d, clock, 1)
+            await tick(d, clock, 1)
+
+        run([receiver(im, "webhook", group_wait="1s")], scenario)
+        assert len(im.accepted("webhook")) == 1
