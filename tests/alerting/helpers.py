@@ -24,14 +24,18 @@ class Clock:
         self.now += seconds
 
 
-def receiver(im: ImServer, kind: str, **overrides: Any) -> ReceiverSettings:
+def receiver_data(im: ImServer, kind: str, **overrides: Any) -> dict[str, Any]:
+    """A receiver's configuration, as it would be written in the YAML file."""
     data: dict[str, Any] = {"name": f"{kind}-rx", "type": kind, "url": im.url(kind)}
     if kind in SECRETS:
         data["secret"] = SECRETS[kind]
     if kind == "webhook":
         data["token"] = BEARER
-    data.update(overrides)
-    return ReceiverSettings(**data)
+    return {**data, **overrides}
+
+
+def receiver(im: ImServer, kind: str, **overrides: Any) -> ReceiverSettings:
+    return ReceiverSettings(**receiver_data(im, kind, **overrides))
 
 
 def all_receivers(im: ImServer, **overrides: Any) -> list[ReceiverSettings]:
