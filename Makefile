@@ -34,6 +34,7 @@ bench: $(STAMP) tools
 	$(PY) -m bench.infra_collect
 	$(PY) -m bench.cost_tick
 	$(PY) -m bench.alert_latency
+	$(PY) -m bench.alert_delivery
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

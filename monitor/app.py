@@ -16,6 +16,7 @@ from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from monitor.alerting.am_receiver import add_alertmanager_route
 from monitor.cost.report import cost_report
 from monitor.runtime import Job, Monitor
 
@@ -67,6 +68,7 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     async def alerts() -> dict[str, object]:
         active = monitor.alerting.active() if monitor.alerting else []
         return {"active": active, "transitions": monitor.transitions()}
+    add_alertmanager_route(app, monitor.delivery, monitor.settings.api.token)
 
     return app
 

@@ -99,6 +99,11 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef("inference_monitor_config_last_reload_successful", "gauge", (), "0 when the last configuration reload (SIGHUP) failed; the running configuration was kept.", "self"),
         # alerting: the embedded evaluator
         MetricDef("inference_monitor_alerts_firing", "gauge", ("severity",), "Alerts the embedded evaluator has firing now, per severity (0 for each severity the rules use).", "alerting"),
+        # alerting: delivery of notifications (the outbox and its receivers)
+        MetricDef("inference_monitor_notifications_total", "counter", ("receiver", "outcome"), "Notification send attempts by outcome: sent, retried (will try again), failed (given up: a permanent error), dropped_expired (past the retry deadline).", "alerting"),
+        MetricDef("inference_monitor_outbox_pending", "gauge", ("receiver",), "Notifications queued for the receiver and not yet delivered.", "alerting"),
+        MetricDef("inference_monitor_notifications_failing", "gauge", ("receiver",), "1 while the receiver's last send attempt failed.", "alerting"),
+        MetricDef("inference_monitor_outbox_oldest_pending_seconds", "gauge", ("receiver",), "How long the receiver's oldest undelivered notification has waited (0 when none waits).", "alerting"),
     ]
 }
 

@@ -12,6 +12,7 @@ import socket
 from pathlib import Path
 from typing import Any, Literal
 
+import pydantic
 import yaml
 from pydantic import (
     BaseModel,
@@ -229,6 +230,51 @@ class ReceiverSettings(_Section):
     group_wait: Duration = Field(Duration("30s"))
     group_interval: Duration = Field(Duration("5m"))
     repeat_interval: Duration = Field(Duration("4h"))
+    # Secrets from files (a mounted Kubernetes secret, a credentials file): read once at start-up.
+    url_file: Path | None = Field(None, description="File holding `url` (instead of writing it here)")
+    secret_file: Path | None = Field(None, description="File holding `secret`")
+    token_file: Path | None = Field(None, description="File holding `token`")
+    url_env: str | None = Field(None, description="Environment variable holding `url`")
+    secret_env: str | None = Field(None, description="Environment variable holding `secret`")
+    token_env: str | None = Field(None, description="Environment variable holding `token`")
+    max_alerts: int = Field(0, ge=0, description="Most alerts in one message, 0 = all (webhook truncatedAlerts)")
+    timeout: Duration = Field(Duration("10s"), description="Deadline for one send")
+    retry_deadline: Duration = Field(Duration("24h"), description="A notification still failing after this is dropped")
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _files_and_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for key in ("url", "secret", "token"):
+            path, variable = data.get(f"{key}_file"), data.get(f"{key}_env")
+            if path is not None and data.get(key) is None:
+                data[key] = _read_secret_file(Path(path), f"{key}_file")
+            if variable is not None and data.get(key) is None:
+                data[key] = _read_secret_env(str(variable), f"{key}_env")
+        # Alertmanager's defaults: webhook sends resolved notifications, slack and wechat do not.
+        # Feishu and DingTalk are not Alertmanager integrations: like webhook, they do.
+        if "send_resolved" not in data:
+            data["send_resolved"] = data.get("type") not in ("slack", "wecom")
+        return data
+
+
+def _read_secret_file(path: Path, key: str) -> str:
+    try:
+        text = path.read_text().strip()
+    except OSError as exc:
+        raise ValueError(f"{key}: cannot read {path}: {exc.strerror}") from None
+    if not text:
+        raise ValueError(f"{key}: {path} is empty")
+    return text
+
+
+def _read_secret_env(variable: str, key: str) -> str:
+    value = os.environ.get(variable, "").strip()
+    if not value:
+        raise ValueError(f"{key}: environment variable {variable} is not set")
+    return value
 
 
 SHIPPED_RULE_FILES = ("infra", "service", "monitor", "cost", "canary")

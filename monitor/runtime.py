@@ -17,6 +17,7 @@ import httpx
 from prometheus_client.core import Metric
 
 from monitor import __version__
+from monitor.alerting.delivery import Delivery, render_delivery
 from monitor.alerting.embedded import EmbeddedEvaluator, Transitions
 from monitor.alerting.model import AlertSink
 from monitor.alerting.rules import RulesError, RuleSet, load_rules
@@ -102,6 +103,10 @@ class Monitor:
         # cost: after service and infra in each run_once, on the service's interval when scheduled
         self.cost = CostCollector(settings, self.service, self.infra, self.health, self.store, wall)
         self.jobs.append(Job("cost", settings.service.scrape_interval.seconds, self.cost.collect))
+        # alerting delivery: the evaluator and POST /api/v1/alertmanager write to the sink (the outbox)
+        self.delivery = Delivery(settings.alerting, self.store.engine, self.client, wall)
+        self.sink: AlertSink = self.delivery
+        self.jobs.append(Job("delivery", 1.0, self.delivery.run_once))
         renderers: list[Renderer] = [
             lambda: render_service(self.service.view),
             lambda: [render_objectives(self.service.view)],
@@ -111,13 +116,15 @@ class Monitor:
             lambda: render_canary(self.canary),
             lambda: render_cost(self.cost.view),
         ]
+        renderers.append(lambda: render_delivery(self.delivery))
         self.registry = make_registry(renderers)
         self.writer = TextWriter()
         # alerting: the rule files evaluated in-process on what /metrics exports
-        self.transitions: Transitions = transitions or list
+        self.transitions: Transitions = transitions or (lambda: self.delivery.recent(50))
         self.alerting: EmbeddedEvaluator | None = None
         if ruleset is not None:
-            self.alerting = EmbeddedEvaluator(ruleset, self.store.engine, sink, settings.alerting.external_url)
+            self.alerting = EmbeddedEvaluator(ruleset, self.store.engine, sink or self.delivery,
+                                              settings.alerting.external_url)
             # The registry's exporter holds this very list: the firing counts join /metrics.
             renderers.append(lambda: [self.alerting.render()] if self.alerting else [])
             self.jobs.append(Job("alerts", settings.alerting.evaluation_interval.seconds, self.evaluate_alerts))
@@ -197,6 +204,7 @@ class Monitor:
 
     async def prune(self) -> None:
         self.store.prune(self.wall() - self.settings.storage.retention.seconds)
+        await self.delivery.prune(self.wall() - self.settings.storage.retention.seconds)
 
     async def aclose(self) -> None:
         self.store.close()
