@@ -22,6 +22,7 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         scheduler = AsyncIOScheduler(timezone=UTC)
+        app.state.scheduler = scheduler
         if schedule:
             for job in monitor.jobs:
                 _add_job(scheduler, monitor, job)

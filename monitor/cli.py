@@ -87,5 +87,10 @@ def check(config: ConfigOption = None) -> None:
         raise typer.Exit(1)
 
 
+from monitor.quality.cli import register as _register_quality  # noqa: E402  (after _settings)
+
+_register_quality(app, _settings)
+
+
 if __name__ == "__main__":
     app()

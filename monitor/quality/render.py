@@ -67,5 +67,5 @@ def _add_length_summary(fam: Metric, labels: dict[str, str], stats: dict[str, fl
     for quantile, key in (("0.5", "p50"), ("0.95", "p95")):
         if math.isfinite(stats[key]):
             fam.add_sample(fam.name, {**labels, "quantile": quantile}, stats[key])
-    fam.add_sample(f"{fam.name}_count", labels, stats["count"])
+    fam.add_sample(f"{fam.name}_count", labels, float(stats["count"]))
     fam.add_sample(f"{fam.name}_sum", labels, stats["sum"])
