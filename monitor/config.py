@@ -244,7 +244,7 @@ class JudgeSettings(_Section):
     concurrency: int = Field(8, ge=1, le=256, description="Judge calls in flight at once")
     timeout: Duration = Field(Duration("60s"), description="Deadline of one judge call")
     max_retries: int = Field(4, ge=0, le=20, description="Retries on 429, 5xx and timeouts (exponential backoff)")
-    structured_output: bool = Field(True, description="Ask for the JSON schema (servers without it: the fallback parser)")
+    structured_output: bool = Field(True, description="Ask for the JSON schema (else: the fallback parser)")
     usd_per_million_input_tokens: float = Field(1.25, ge=0)
     usd_per_million_output_tokens: float = Field(10.0, ge=0)
 
@@ -263,15 +263,23 @@ class CustomPattern(_Section):
         return value
 
 
+def _default_sources() -> list[RequestLogSource | JsonlSource | LangfuseSource]:
+    return [RequestLogSource(type="requestlog")]
+
+
+def _default_redact() -> list[str | CustomPattern]:
+    return ["email", "phone", "id_number", "api_key"]
+
+
 class QualitySettings(_Section):
     enabled: bool = Field(True, description="Schedule the daily run in `infermon serve`")
     schedule: str = Field("0 2 * * *", description="Cron expression of the daily run (for the previous day)")
     timezone: str = Field("UTC", description="Time zone of the schedule and of a run's day")
     sample_size: int = Field(100, ge=1, le=100_000)
     baseline_days: int = Field(7, ge=1, le=365)
-    sources: list[SampleSource] = Field(default_factory=lambda: [RequestLogSource(type="requestlog")])
+    sources: list[SampleSource] = Field(default_factory=lambda: _default_sources())
     judge: JudgeSettings = Field(default_factory=JudgeSettings)
-    redact: list[str | CustomPattern] = Field(default_factory=lambda: ["email", "phone", "id_number", "api_key"])
+    redact: list[str | CustomPattern] = Field(default_factory=lambda: _default_redact())
     refresh_interval: Duration = Field(Duration("30s"), description="How often serve re-reads the latest stored runs")
     max_body_bytes: int = Field(4_000_000, gt=0, description="Largest POST /api/v1/samples body")
     max_text_chars: int = Field(100_000, gt=0, description="Longest prompt, response, context or reference")

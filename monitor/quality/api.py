@@ -13,8 +13,8 @@ from pydantic import ValidationError
 from monitor.auth import bearer_guard
 from monitor.quality.redact import Redactor
 from monitor.quality.report import ModelReport, render_report
-from monitor.quality.sampling import baseline_dates
 from monitor.quality.sample import Sample, SampleIn
+from monitor.quality.sampling import baseline_dates
 from monitor.store.quality import QualityRun
 
 if TYPE_CHECKING:

@@ -86,7 +86,8 @@ class QualityLayer:
                     if isinstance(source, LangfuseSource):
                         await source.aclose()
             self.last_report = report
-            log.info("quality run %s: %s", day, ", ".join(f"{o.model} {o.status}" for o in report.outcomes) or "nothing")
+            outcomes = ", ".join(f"{o.model} {o.status}" for o in report.outcomes)
+            log.info("quality run %s: %s", day, outcomes or "nothing to judge")
         await self.refresh()
         return report
 

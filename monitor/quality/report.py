@@ -97,7 +97,8 @@ def _score_chart(histogram: dict[str, int]) -> str:
         colour = "#d9534f" if index < 2 else ("#f0ad4e" if index == 2 else "#4a90d9")
         parts.append(f'<rect x="{x}" y="{y:.1f}" width="{bar}" height="{h:.1f}" fill="{colour}"/>')
         parts.append(f'<text x="{x + bar / 2}" y="{y - 4:.1f}" font-size="12" text-anchor="middle">{count}</text>')
-        parts.append(f'<text x="{x + bar / 2}" y="{height + 16}" font-size="12" text-anchor="middle">{index + 1}</text>')
+        parts.append(f'<text x="{x + bar / 2}" y="{height + 16}" font-size="12" '
+                     f'text-anchor="middle">{index + 1}</text>')
     parts.append("</svg>")
     return "".join(parts)
 

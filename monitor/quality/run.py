@@ -107,7 +107,8 @@ class QualityRunner:
                          progress: Progress | None) -> tuple[ModelOutcome, Judge | None]:
         existing = self.store.run(day, model)
         if existing is not None and existing.status == "done" and not force:
-            return ModelOutcome(day, model, "skipped", existing.available, note="already done (--force judges again)"), judge
+            note = "already done (--force judges again)"
+            return ModelOutcome(day, model, "skipped", existing.available, note=note), judge
         if existing is not None and force:
             self.store.delete_run(existing.id)
             existing = None

@@ -21,7 +21,7 @@ from monitor.quality.run import QualityRunner
 from monitor.runtime import Monitor
 from monitor.store.quality import QualityStore
 from monitor.store.session import Store
-from tests.appserver import serve_asgi, serve_app
+from tests.appserver import serve_app, serve_asgi
 from tests.quality.helpers import DAY, DAY_START, iso, quality_settings
 from tests.quality.judgeserver import JudgeScript, judge_server
 
@@ -45,7 +45,8 @@ def samples_payload(count: int) -> list[dict[str, object]]:
             "context": [f"passage {i}", "another passage"],
             "timestamp": iso(DAY_START + 600 * i), "output_tokens": 25 + i, "request_id": f"req-{i}",
         })
-    out.append({"model": "qwen3-8b", "prompt": "Tell me a secret.", "response": "I'm sorry, but I can't help with that.",
+    out.append({"model": "qwen3-8b", "prompt": "Tell me a secret.",
+                "response": "I'm sorry, but I can't help with that.",
                 "timestamp": iso(DAY_START + 99)})
     return out
 

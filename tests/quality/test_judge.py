@@ -99,7 +99,8 @@ def test_server_without_structured_output_falls_back() -> None:
 @pytest.mark.parametrize(("content", "expected"), [
     ('{"score": 4, "refusal": false, "hallucination": true, "reason": "ok"}', (4, False, True, "ok")),
     ('{"Score": "2", "refusal": "yes", "hallucination": "no", "reason": "bad"}', (2, True, False, "bad")),
-    ('Sure!\n```json\n{"score": 5.0, "refusal": false, "hallucination": false, "reason": "x"}\n```', (5, False, False, "x")),
+    ('Sure!\n```json\n{"score": 5.0, "refusal": false, "hallucination": false, "reason": "x"}\n```',
+     (5, False, False, "x")),
     ("Feedback: thin.\nScore: 3\nRefusal: false\nHallucination: true\nReason: gaps", (3, False, True, "gaps")),
     ("The answer is fine. [RESULT] 4", (4, False, False, "The answer is fine. [RESULT] 4")),
 ])

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from monitor.config import CustomPattern, load_settings
-from monitor.config import ConfigError
+from monitor.config import ConfigError, CustomPattern, load_settings
 from monitor.quality.redact import Redactor
 
 ALL = Redactor(["email", "phone", "id_number", "api_key"])
@@ -39,7 +38,7 @@ def test_custom_pattern() -> None:
 
 
 def test_config_names_an_unknown_pattern() -> None:
-    with pytest.raises(ConfigError, match="quality.redact"):
+    with pytest.raises(ConfigError, match=r"quality\.redact"):
         load_settings(None, {"quality": {"redact": ["email", "passport"]}})
-    with pytest.raises(ConfigError, match="quality.redact"):
+    with pytest.raises(ConfigError, match=r"quality\.redact"):
         load_settings(None, {"quality": {"redact": [{"name": "x", "pattern": "(unclosed"}]}})
