@@ -78,13 +78,7 @@ class QualityLayer:
         day = day or previous_day(self.wall(), self.settings.timezone)
         report = None
         with self.health.run("quality_run"):
-            runner = self.runner()
-            try:
-                report = await runner.run(day, force=force)
-            finally:
-                for source in runner.sources:
-                    if isinstance(source, LangfuseSource):
-                        await source.aclose()
+            report = await self.runner().run(day, force=force)
             self.last_report = report
             outcomes = ", ".join(f"{o.model} {o.status}" for o in report.outcomes)
             log.info("quality run %s: %s", day, outcomes or "nothing to judge")

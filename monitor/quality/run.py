@@ -84,6 +84,9 @@ class QualityRunner:
             if judge is not None:
                 report.judge_calls = judge.calls
                 await judge.aclose()
+            for source in self.sources:  # a runner is built per run: its HTTP clients end with it
+                if isinstance(source, LangfuseSource):
+                    await source.aclose()
         return report
 
     async def _collect(self, day: str, report: RunReport) -> dict[str, list[Sample]]:
