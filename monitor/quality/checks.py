@@ -52,11 +52,12 @@ def wilson_interval(successes: int, trials: int, z: float = 1.959963984540054) -
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def psi(baseline: Sequence[float], current: Sequence[float], bins: int = 10, floor: float = 1e-4) -> float | None:
+def psi(baseline: Sequence[float], current: Sequence[float], bins: int = 10, smoothing: float = 0.5) -> float | None:
     """Population stability index, bins cut at the baseline's deciles (None without data).
 
-    Repeated quantiles (discrete lengths) collapse into fewer bins; empty bins count as `floor`
-    so one empty bin does not make the index infinite.
+    Repeated quantiles (discrete lengths) collapse into fewer bins. Each bin gets `smoothing`
+    extra counts (additive smoothing): with ~100 samples a day a bin can be empty by chance, and
+    a fixed tiny floor (1e-4) would then add ~0.7 to the index for nothing but sampling noise.
     """
     if len(baseline) == 0 or len(current) == 0:
         return None
@@ -64,11 +65,14 @@ def psi(baseline: Sequence[float], current: Sequence[float], bins: int = 10, flo
     cur = np.asarray(current, dtype=float)
     edges = np.unique(np.quantile(base, np.linspace(0, 1, bins + 1)[1:-1]))
     # Bin i holds values in (edges[i-1], edges[i]]: right=True puts a value equal to an edge left of it.
-    base_share = np.bincount(np.searchsorted(edges, base, side="left"), minlength=len(edges) + 1) / len(base)
-    cur_share = np.bincount(np.searchsorted(edges, cur, side="left"), minlength=len(edges) + 1) / len(cur)
-    base_share = np.maximum(base_share, floor)
-    cur_share = np.maximum(cur_share, floor)
+    base_share = _smoothed_shares(np.searchsorted(edges, base, side="left"), len(edges) + 1, smoothing)
+    cur_share = _smoothed_shares(np.searchsorted(edges, cur, side="left"), len(edges) + 1, smoothing)
     return float(np.sum((cur_share - base_share) * np.log(cur_share / base_share)))
+
+
+def _smoothed_shares(bin_index: Any, bins: int, smoothing: float) -> Any:
+    counts = np.bincount(bin_index, minlength=bins) + smoothing
+    return counts / counts.sum()
 
 
 def ks_pvalue(baseline: Sequence[float], current: Sequence[float]) -> float | None:
