@@ -110,13 +110,14 @@ cycle every 10 minutes. Ctrl-C stops.
 
 
 DEMO_SAMPLES = 100
+DEMO_HISTORY_PER_DAY = 30  # a week of 30 a day: enough for the baseline, few judge calls at start-up
 
 
 def demo_quality(judge_port: int) -> dict[str, Any]:
     """The quality layer against the judge simulator: 100 samples a day, a week of baseline."""
     return {
         "sample_size": DEMO_SAMPLES, "refresh_interval": "5s",
-        "judge": {"base_url": f"http://127.0.0.1:{judge_port}/v1", "model": "judge-simulator", "concurrency": 8,
+        "judge": {"base_url": f"http://127.0.0.1:{judge_port}/v1", "model": "judge-simulator", "concurrency": 16,
                   "api_key_env": "INFERMON_DEMO_JUDGE_KEY"},
     }
 
@@ -130,12 +131,17 @@ async def quality_scenario(monitor: Monitor, sim: SimulatedEngine, sim_url: str,
     zone = quality.settings.timezone
     day = today(monitor.wall(), zone)
     baseline = quality.settings.baseline_days
-    quality.store.add_samples(simulated_history(sim.model_name, day, baseline, DEMO_SAMPLES, zone))
-    for back in range(baseline, 0, -1):
-        await quality.runner().run((datetime.fromisoformat(day) - timedelta(days=back)).date().isoformat())
+    quality.store.add_samples(simulated_history(sim.model_name, day, baseline, DEMO_HISTORY_PER_DAY, zone))
+
+    async def judge_history() -> None:
+        for back in range(baseline, 0, -1):
+            await quality.runner().run((datetime.fromisoformat(day) - timedelta(days=back)).date().isoformat())
+
     while not server.started:
         await asyncio.sleep(0.1)
-    stored = await feed_request_log(sim_url, f"http://127.0.0.1:{port}", DEMO_SAMPLES)
+    # The simulator takes its time to decode; the history is judged meanwhile.
+    stored, _ = await asyncio.gather(feed_request_log(sim_url, f"http://127.0.0.1:{port}", DEMO_SAMPLES),
+                                     judge_history())
     log.info("quality demo: %d simulator answers in the request log; judging them", stored)
     await quality.run(day, force=True)
     log.info("quality demo: run done, see http://127.0.0.1:%d/reports/quality/%s", port, day)
