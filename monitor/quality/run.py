@@ -147,7 +147,9 @@ class QualityRunner:
             nonlocal done
             async with limit:
                 verdict = await judge.judge(JudgeInput(row.prompt, row.response, row.context, row.reference))
-            self.store.save_verdict(row.id, verdict, self.wall())
+            # Committed at once (that is what makes a killed run resumable), off the loop: an fsync
+            # per verdict would otherwise hold back the next judge call.
+            await asyncio.to_thread(self.store.save_verdict, row.id, verdict, self.wall())
             if verdict.error:
                 log.info("quality %s: judge error on %s: %s", model, row.sample_key, verdict.error)
             done += 1

@@ -71,3 +71,22 @@ def create_judge_app(latency_s: float = 0.0) -> FastAPI:
         return {"object": "list", "data": [{"id": SIM_JUDGE_MODEL, "object": "model", "owned_by": "simulator"}]}
 
     return app
+
+
+def main() -> None:
+    """`python -m monitor.sim.judge --port 8100 --latency 1.0`: the judge simulator on its own."""
+    import argparse
+
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description="LLM judge SIMULATOR (OpenAI-compatible, no model)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8100)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds each call takes")
+    args = parser.parse_args()
+    uvicorn.run(create_judge_app(args.latency), host=args.host, port=args.port, log_level="warning",
+                access_log=False)
+
+
+if __name__ == "__main__":
+    main()
