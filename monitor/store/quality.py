@@ -199,11 +199,6 @@ class QualityStore:
         with Session(self.engine) as session:
             return float(session.scalar(select(func.coalesce(func.sum(QualityJudgment.cost_usd), 0.0))) or 0.0)
 
-    def prune_runs(self, before_date: str) -> None:
-        with Session(self.engine) as session, session.begin():
-            old = select(QualityRun.id).where(QualityRun.date < before_date)
-            session.execute(delete(QualityJudgment).where(QualityJudgment.run_id.in_(old)))
-            session.execute(delete(QualityRun).where(QualityRun.date < before_date))
 
 
 def _sample_row(sample: Sample) -> QualitySample:
