@@ -25,6 +25,7 @@ vertical-align:top}th{background:#f3f5f9}.n{text-align:right;font-variant-numeri
 .cards{display:flex;flex-wrap:wrap;gap:10px}.card{border:1px solid #dde;border-radius:6px;padding:8px 12px;
 min-width:120px}.card b{display:block;font-size:20px}.bad{color:#b3261e}.charts{display:flex;gap:24px;
 flex-wrap:wrap}.text{white-space:pre-wrap;max-height:9em;overflow:auto;font-size:13px}.muted{color:#667}
+td:nth-child(2){width:22%}td:nth-child(4){width:24%}
 """
 
 
