@@ -85,7 +85,8 @@ async def main(samples: int, latency: float, concurrencies: list[int]) -> None:
                 r = await one_run(samples, concurrency, f"http://127.0.0.1:{port}/v1", Path(directory))
                 ideal = samples * latency / concurrency
                 rounds = math.ceil(samples / concurrency) * latency  # the floor with whole 1 s calls
-                print(f"{concurrency:>11} {r['wall']:>8.2f} {ideal:>8.2f} {r['wall'] / ideal - 1:>+9.1%} "
+                versus = f"{r['wall'] / ideal - 1:>+9.1%}" if ideal else f"{'-':>9}"
+                print(f"{concurrency:>11} {r['wall']:>8.2f} {ideal:>8.2f} {versus} "
                       f"{rounds:>9.2f} {r['calls']:>6.0f} {r['errors']:>6.0f} {r['input_tokens']:>8.0f} "
                       f"{r['output_tokens']:>8.0f} {r['cost']:>8.4f}")
     finally:

@@ -49,7 +49,11 @@ def quality_router(monitor: Monitor) -> APIRouter:
         found = store.runs_on(_checked(date))
         if not found:
             raise HTTPException(404, f"no quality run on {date}")
-        return {"date": date, "models": {run.model: _run_json(run) for run in found}}
+        models = {run.model: _run_json(run) for run in found}
+        for run in found:
+            if run.status != "done":  # an interrupted run, or one in progress elsewhere
+                models[run.model]["judged"], models[run.model]["sampled"] = store.progress(run.id)
+        return {"date": date, "models": models}
 
     @router.get("/reports/quality/{date}", response_class=HTMLResponse)
     async def report(date: str) -> HTMLResponse:

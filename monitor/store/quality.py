@@ -161,6 +161,14 @@ class QualityStore:
             row.input_tokens, row.judge_output_tokens = verdict.input_tokens, verdict.output_tokens
             row.cost_usd = verdict.cost_usd
 
+    def progress(self, run_id: int) -> tuple[int, int]:
+        """(judged, sampled) of a run."""
+        query = select(func.count(QualityJudgment.judged_at), func.count(QualityJudgment.id)).where(
+            QualityJudgment.run_id == run_id)
+        with Session(self.engine) as session:
+            judged, sampled = session.execute(query).one()
+            return int(judged), int(sampled)
+
     def judgments(self, run_id: int) -> list[QualityJudgment]:
         with Session(self.engine, expire_on_commit=False) as session:
             query = select(QualityJudgment).where(QualityJudgment.run_id == run_id).order_by(QualityJudgment.id)

@@ -6,7 +6,7 @@ import asyncio
 import re
 import sqlite3
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -22,7 +22,7 @@ from monitor.runtime import Monitor
 from monitor.store.quality import QualityStore
 from monitor.store.session import Store
 from tests.appserver import serve_app, serve_asgi
-from tests.quality.helpers import DAY, DAY_START, iso, quality_settings
+from tests.quality.helpers import DAY, DAY_START, iso, make_samples, quality_settings
 from tests.quality.judgeserver import JudgeScript, judge_server
 
 TOKEN = {"Authorization": "Bearer tok-123"}
@@ -152,3 +152,20 @@ def test_daily_run_is_a_cron_job_in_the_configured_zone(tmp_path: Path) -> None:
         assert httpx.get(f"{url}/readyz").status_code in (200, 503)
         status = httpx.get(f"{url}/api/v1/status").json()["layers"]["quality"]
         assert status["schedule"] == "0 2 * * *" and status["timezone"] == "Asia/Shanghai"
+
+
+def test_the_scheduled_job_runs_the_previous_day_in_the_serving_process(tmp_path: Path) -> None:
+    script = JudgeScript()
+    with judge_server(script) as judge_url:
+        settings = settings_for(tmp_path, judge_url, timezone="Asia/Shanghai")
+        monitor = Monitor(settings)
+        yesterday = (datetime.now(ZoneInfo("Asia/Shanghai")).date() - timedelta(days=1)).isoformat()
+        start = datetime.fromisoformat(f"{yesterday}T12:00:00+08:00").timestamp()
+        monitor.quality.store.add_samples(make_samples(6, day_start=start))
+        app = create_app(monitor)
+        with serve_asgi(app) as url, httpx.Client(base_url=url, timeout=10) as client:
+            app.state.scheduler.get_job("quality_run").modify(next_run_time=datetime.now(UTC))  # due now
+            text = _wait_for_metric(client, 'inference_quality_samples{model="qwen3-8b"} 6.0')
+            assert 'inference_monitor_collector_success{collector="quality_run",target=""} 1.0' in text
+            assert client.get(f"/api/v1/quality/runs/{yesterday}").json()["models"]["qwen3-8b"]["status"] == "done"
+    assert script.calls == 6

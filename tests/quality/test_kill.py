@@ -9,10 +9,14 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import yaml
 
+from monitor.config import load_settings
+from monitor.runtime import Monitor
 from monitor.store.quality import QualityStore
 from monitor.store.session import Store
+from tests.appserver import serve_app
 from tests.quality.helpers import DAY, make_samples, quality_settings
 from tests.quality.judgeserver import JudgeScript, judge_server
 
@@ -53,6 +57,9 @@ def test_kill_9_then_rerun_judges_only_what_was_missing(tmp_path: Path) -> None:
 
         kept = judged_count(db)
         assert 6 <= kept < SAMPLES
+        with serve_app(Monitor(load_settings(config))) as url:  # the interrupted run, as the API shows it
+            shown = httpx.get(f"{url}/api/v1/quality/runs/{DAY}").json()["models"]["qwen3-8b"]
+        assert shown["status"] == "running" and (shown["judged"], shown["sampled"]) == (kept, SAMPLES)
         calls_before = script.calls
         rerun = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy(), timeout=120,
                                check=False)
