@@ -88,6 +88,8 @@ class Judge:
             api_key=api_key, base_url=settings.base_url, timeout=settings.timeout.seconds, max_retries=0
         )
         self.structured = settings.structured_output
+        # Reasoning models (gpt-5, o-series) accept only their default temperature: asked once, then left out.
+        self.temperature: float | None = 0.0
         self.backoff_s = backoff_s
         self.sleep = sleep
         self.calls = 0  # HTTP calls made (a benchmark and the tests read it)
@@ -115,6 +117,11 @@ class Judge:
                     self.structured = False
                     attempts -= 1
                     continue
+                if self.temperature is not None and "temperature" in _message(exc).lower():
+                    log.warning("judge %s rejects temperature 0; using its default", self.settings.model)
+                    self.temperature = None
+                    attempts -= 1
+                    continue
                 last_error = f"HTTP 400: {_message(exc)}"
                 break
             except openai.APIStatusError as exc:
@@ -134,9 +141,11 @@ class Judge:
 
     async def _call(self, prompt: str, usage: list[int]) -> str:
         extra: dict[str, Any] = {"response_format": RESPONSE_FORMAT} if self.structured else {}
+        if self.temperature is not None:
+            extra["temperature"] = self.temperature
         self.calls += 1
         completion = await self.client.chat.completions.create(
-            model=self.settings.model, messages=[{"role": "user", "content": prompt}], temperature=0, **extra
+            model=self.settings.model, messages=[{"role": "user", "content": prompt}], **extra
         )
         if completion.usage is not None:
             usage[0] += completion.usage.prompt_tokens

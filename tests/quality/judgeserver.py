@@ -1,7 +1,8 @@
 """A scriptable OpenAI-compatible judge on loopback, for driving the real `openai` SDK.
 
 Each call takes the next behaviour from `script` (then `default`): good | malformed | fenced |
-text | 429 | 500 | hang | reject_schema. Good answers come from the judge simulator's scoring.
+text | 429 | 500 | hang | reject_schema | reject_temperature | bad_model.
+Good answers come from the judge simulator's scoring.
 """
 
 from __future__ import annotations
@@ -53,10 +54,15 @@ def judge_app(script: JudgeScript) -> FastAPI:
         if behaviour == "429":
             return JSONResponse({"error": {"message": "Rate limit reached", "type": "rate_limit"}}, 429,
                                 headers={"Retry-After": "0.1"})
+        if behaviour == "bad_model":
+            return JSONResponse({"error": {"message": f"The model `{body['model']}` does not exist."}}, 404)
         if behaviour == "500":
             return JSONResponse({"error": {"message": "upstream died"}}, 500)
         if behaviour == "hang":
             await asyncio.sleep(script.hang_s)
+        if behaviour == "reject_temperature" and body.get("temperature") is not None:
+            message = "Unsupported value: 'temperature' does not support 0 with this model."
+            return JSONResponse({"error": {"message": message, "param": "temperature"}}, 400)
         if behaviour == "reject_schema" and "response_format" in body:
             return JSONResponse({"error": {"message": "response_format json_schema is not supported"}}, 400)
         prompt = body["messages"][0]["content"]

@@ -112,3 +112,16 @@ def test_parse_answer(content: str, expected: tuple[int, bool, bool, str]) -> No
 def test_parse_answer_rejects_what_has_no_valid_score(content: str) -> None:
     with pytest.raises(UnparseableAnswer):
         parse_answer(content)
+
+
+def test_reasoning_model_without_temperature_zero() -> None:
+    script = JudgeScript(default="reject_temperature")
+    verdict, calls = judge_once(script)
+    assert verdict.error is None and verdict.score is not None and calls == 2
+    assert script.bodies[0]["temperature"] == 0 and "temperature" not in script.bodies[1]
+
+
+def test_other_client_errors_are_not_retried() -> None:
+    script = JudgeScript(default="bad_model")
+    verdict, calls = judge_once(script)
+    assert verdict.error == "HTTP 404: The model `judge-test` does not exist." and calls == 1
