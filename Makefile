@@ -33,6 +33,7 @@ bench: $(STAMP) tools
 	$(PY) -m bench.memory_serve
 	$(PY) -m bench.infra_collect
 	$(PY) -m bench.quality_judge
+	$(PY) -m bench.cost_tick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

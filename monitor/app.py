@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -13,6 +16,7 @@ from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from monitor.cost.report import cost_report
 from monitor.runtime import Job, Monitor
 
 log = logging.getLogger("monitor.app")
@@ -23,6 +27,7 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         scheduler = AsyncIOScheduler(timezone=UTC)
         app.state.scheduler = scheduler
+        _on_sighup(monitor)
         if schedule:
             for job in monitor.jobs:
                 _add_job(scheduler, monitor, job)
@@ -59,7 +64,19 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     async def status() -> dict[str, object]:
         return monitor.status()
 
+    @app.get("/api/v1/cost")
+    async def cost() -> dict[str, object]:
+        return cost_report(monitor.cost)
+
     return app
+
+
+def _on_sighup(monitor: Monitor) -> None:
+    """SIGHUP reloads the configuration file (only where signals can be handled: the main thread)."""
+    if monitor.config_path is None or threading.current_thread() is not threading.main_thread():
+        return
+    with contextlib.suppress(NotImplementedError, RuntimeError):  # no signals on this platform/loop
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, monitor.reload)
 
 
 def _add_job(scheduler: AsyncIOScheduler, monitor: Monitor, job: Job) -> None:

@@ -24,6 +24,7 @@ _SVC = ("target", "model", "window")
 _SVC_Q = (*_SVC, "quantile")
 _GPU = ("node", "gpu")
 _MIG = (*_GPU, "gpu_instance", "profile")
+_CANARY = ("probe", "model")
 
 CATALOG: dict[str, MetricDef] = {
     d.name: d
@@ -82,10 +83,34 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef("inference_quality_last_run_timestamp_seconds", "gauge", ("model",), "Unix time the model's newest run finished.", "quality"),
         MetricDef("inference_quality_last_run_age_seconds", "gauge", ("model",), "Seconds since the model's newest run finished.", "quality"),
         MetricDef("inference_quality_judge_cost_usd_total", "counter", (), "Judge cost of the stored runs: token usage times the configured prices.", "quality"),
+        # canary: per {probe, model}, what one synthetic user saw through the OpenAI-compatible API (the last probe)
+        MetricDef("inference_canary_up", "gauge", _CANARY, "1 if the last canary probe got a complete streamed answer that matched its `expect`; 0 on any failure.", "canary"),
+        MetricDef("inference_canary_ttft_seconds", "gauge", _CANARY, "Time to the first content token of the last probe, on the client's clock (network, gateway and engine).", "canary"),
+        MetricDef("inference_canary_tpot_seconds", "gauge", _CANARY, "Mean time per output token after the first, of the last probe, on the client's clock.", "canary"),
+        MetricDef("inference_canary_e2e_seconds", "gauge", _CANARY, "End-to-end time of the last probe whose stream completed, request sent to stream end.", "canary"),
+        MetricDef("inference_canary_output_tokens", "gauge", _CANARY, "Output tokens of the last probe (the stream's usage, else its content chunks).", "canary"),
+        MetricDef("inference_canary_probes_total", "counter", (*_CANARY, "outcome"), "Probes by outcome: ok, refused, timeout, rate_limited, http_4xx, http_5xx, connection_error, broken_stream, bad_response, empty_answer, expect_mismatch.", "canary"),
+        MetricDef("inference_canary_consecutive_failures", "gauge", _CANARY, "Probes failed in a row (0 after a good one).", "canary"),
+        MetricDef("inference_canary_ttft_gap_seconds", "gauge", (*_CANARY, "target"), "Client TTFT of the last probe minus the engine's own P50 TTFT for the probe's target over the gap window: what the path in front of the engine adds.", "canary"),
+        # cost: spend rates per fleet {}, {target} and {model} (the last two where service.targets say which GPUs serve them)
+        MetricDef("inference_cost_price_known", "gauge", _GPU, "1 if the GPU has a price (cost.gpu_prices, cost.node_prices, the defaults); 0: its spend is not counted.", "cost"),
+        MetricDef("inference_cost_gpu_price_usd_per_hour", "gauge", (*_GPU, "model"), "The price that applies to the GPU, per hour, in USD.", "cost"),
+        MetricDef("inference_cost_usd_per_hour", "gauge", ("target", "model"), "Spend rate of the priced GPUs: fleet-wide (no labels), per target and per model of the mapped targets.", "cost"),
+        MetricDef("inference_cost_idle_usd_per_hour", "gauge", (), "Spend on idle GPU time: sum of price x (1 - utilization) over the GPUs with a reading.", "cost"),
+        MetricDef("inference_cost_idle_ratio", "gauge", (), "Idle spend divided by the spend of the same GPUs (those with a utilization reading).", "cost"),
+        MetricDef("inference_cost_usd_per_million_tokens", "gauge", ("model", "window", "tokens"), "Spend of the model's GPUs / its token throughput over the window, per 1M tokens (generated, or all = prompt + generated).", "cost"),
+        MetricDef("inference_cost_per_token_baseline_ratio", "gauge", ("model", "window"), "$/1M generated tokens over the window divided by the same over the trailing baseline before it.", "cost"),
+        MetricDef("inference_cost_expensive_request_ratio", "gauge", ("model", "window", "tokens"), "Share of the window's requests whose prompt (tokens=prompt) or output (tokens=generated) length exceeds cost.expensive_factor x the baseline's P99.", "cost"),
+        MetricDef("inference_cost_usd_total", "counter", ("target", "model"), "Cumulative spend (persisted across restarts): fleet-wide, per target, per model.", "cost"),
+        MetricDef("inference_cost_idle_usd_total", "counter", (), "Cumulative idle spend (persisted across restarts).", "cost"),
+        MetricDef("inference_cost_today_usd", "gauge", (), "Spend since local midnight in cost.timezone.", "cost"),
+        MetricDef("inference_cost_daily_budget_usd", "gauge", (), "The configured daily budget (cost.daily_budget_usd).", "cost"),
+        MetricDef("inference_cost_budget_used_ratio", "gauge", (), "Today's spend divided by the daily budget.", "cost"),
         # self
         MetricDef("inference_monitor_collector_success", "gauge", ("collector", "target"), "1 if the collector's last run succeeded.", "self"),
         MetricDef("inference_monitor_collector_duration_seconds", "gauge", ("collector", "target"), "Duration of the collector's last run.", "self"),
         MetricDef("inference_monitor_last_success_timestamp_seconds", "gauge", ("collector", "target"), "Unix time of the collector's last successful run.", "self"),
+        MetricDef("inference_monitor_config_last_reload_successful", "gauge", (), "0 when the last configuration reload (SIGHUP) failed; the running configuration was kept.", "self"),
     ]
 }
 

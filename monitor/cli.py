@@ -1,4 +1,4 @@
-"""`infermon`: serve | demo | check."""
+"""`infermon`: serve | demo | check | rules recording."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ def _logging(level: str) -> None:
     # httpx logs every request at INFO: one line per target per scrape would drown ours.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     logging.getLogger("httpx2").setLevel(max(logging.WARNING, logging.getLogger().level))  # the openai SDK's
+    # APScheduler logs two INFO lines per job run: the canary's dispatcher ticks every second.
+    logging.getLogger("apscheduler.executors").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 @app.command()
@@ -46,7 +48,7 @@ def serve(
 
     settings = _settings(config, host=host, port=port)
     _logging(settings.server.log_level)
-    api = create_app(Monitor(settings))
+    api = create_app(Monitor(settings, config_path=config))
     uvicorn.run(api, host=settings.server.host, port=settings.server.port,
                 log_level=settings.server.log_level, access_log=False)
 
@@ -65,7 +67,8 @@ def demo(
 
 @app.command()
 def check(config: ConfigOption = None) -> None:
-    """Validate the configuration and scrape every target once."""
+    """Validate the configuration, scrape every target and run every canary probe once."""
+    from monitor.canary.outcome import describe_probe
     from monitor.runtime import Monitor
 
     settings = _settings(config)
@@ -75,6 +78,7 @@ def check(config: ConfigOption = None) -> None:
         monitor = Monitor(settings)
         try:
             await monitor.run_once()
+            canaries = await monitor.canary.probe_all()
         finally:
             await monitor.aclose()
         all_up = True
@@ -82,6 +86,10 @@ def check(config: ConfigOption = None) -> None:
             state = f"up, {row['engine']} {row['generation']}" if row["up"] else f"DOWN: {row['error']}"
             all_up = all_up and bool(row["up"])
             typer.echo(f"  {row['name']:<20} {row['url']}  {state}")
+        for name, result in canaries.items():
+            ok = result is not None and result.ok
+            all_up = all_up and ok
+            typer.echo(f"  canary {name:<13} {describe_probe(result)}")
         return all_up
 
     if not asyncio.run(probe()):
@@ -91,6 +99,28 @@ def check(config: ConfigOption = None) -> None:
 from monitor.quality.cli import register as _register_quality  # noqa: E402  (after _settings)
 
 _register_quality(app, _settings)
+rules = typer.Typer(help="Prometheus rule files generated from the engine tables.", no_args_is_help=True)
+app.add_typer(rules, name="rules")
+
+
+@rules.command("recording")
+def rules_recording(
+    config: ConfigOption = None,
+    windows: Annotated[str | None, typer.Option(help="Comma-separated windows (default: service.windows)")] = None,
+) -> None:
+    """Print recording rules that compute the service series inside Prometheus (fleet scale)."""
+    from monitor.config import Duration
+    from monitor.service.recording import rule_file_text
+
+    settings = _settings(config)
+    service = settings.service
+    try:
+        chosen = [Duration(w).text for w in windows.split(",")] if windows else [w.text for w in service.windows]
+    except ValueError as exc:
+        typer.secho(f"--windows: {exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+    objectives = {"ttft": service.slo.ttft.seconds, "tpot": service.slo.tpot.seconds}
+    typer.echo(rule_file_text(chosen, service.baseline_window.text, objectives), nl=False)
 
 
 if __name__ == "__main__":

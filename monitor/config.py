@@ -6,13 +6,23 @@ the key and the reason (`ConfigError`), never later inside a collector.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import core_schema
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -75,12 +85,42 @@ class Target(_Section):
     name: str = Field(min_length=1, description="Label value `target` on every series of this engine")
     url: str = Field(description="The engine's metrics page, e.g. http://10.0.0.5:8000/metrics")
     model: str | None = Field(None, description="Model name for engines whose page has no model label (TGI)")
+    metric_prefix: str = Field(
+        "", description="Prefix before every engine name on the page (KServe's queue-proxy: kserve_)"
+    )
+
+    @field_validator("metric_prefix")
+    @classmethod
+    def _name_prefix(cls, value: str) -> str:
+        if value and not re.match(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$", value):
+            raise ValueError(f"not a metric-name prefix: {value!r}")
+        return value
 
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", value):
+        if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", value):
             raise ValueError(f"not an http(s) URL: {value!r}")
+        return value
+
+
+class ServiceTarget(Target):
+    """A serving-engine target; `node`/`gpus`/`pod` say which GPUs serve it (monitor/topology.py)."""
+
+    node: str | None = Field(None, description="Node of the GPUs serving it (default: infra.node when gpus is set)")
+    gpus: list[int] | None = Field(None, description="GPU indices on `node` serving it (default: all of the node)")
+    pod: str | None = Field(None, description="Kubernetes pod name or glob (vllm-a-*) whose GPUs dcgm-exporter labels")
+    namespace: str | None = Field(None, description="Kubernetes namespace the pod must be in")
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_indices(cls, value: list[int] | None) -> list[int] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("an empty list serves nothing: leave gpus out for the whole node")
+        if any(index < 0 for index in value) or len(set(value)) != len(value):
+            raise ValueError(f"GPU indices must be distinct and >= 0: {value}")
         return value
 
 
@@ -95,7 +135,10 @@ class ServiceSettings(_Section):
     windows: list[Duration] = Field(default_factory=lambda: [Duration("1m"), Duration("5m")])
     baseline_window: Duration = Field(Duration("1h"), description="Trailing throughput baseline")
     max_page_bytes: int = Field(10_000_000, gt=0, description="Larger pages fail the scrape")
-    targets: list[Target] = Field(default_factory=list)
+    targets: list[ServiceTarget] = Field(default_factory=list)
+    file_sd: list[str] = Field(
+        default_factory=list, description="Prometheus file_sd files (JSON/YAML, globs allowed), followed live"
+    )
     slo: SloSettings = Field(default_factory=SloSettings)
 
     @field_validator("windows")
@@ -206,6 +249,66 @@ class AlertingSettings(_Section):
         if duplicates:
             raise ValueError(f"duplicate receiver names: {duplicates}")
         return value
+
+
+class Price(_Section):
+    """A price per GPU-hour, in exactly one currency."""
+
+    usd_per_hour: float | None = Field(None, ge=0)
+    cny_per_hour: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_currency(self) -> Price:
+        if (self.usd_per_hour is None) == (self.cny_per_hour is None):
+            raise ValueError("give exactly one of usd_per_hour, cny_per_hour")
+        return self
+
+
+class StaticGpus(_Section):
+    """GPUs the monitor cannot see (no NVML, no dcgm-exporter) but pays for."""
+
+    model: str = Field(min_length=1, description="Model name as NVML reports it, e.g. NVIDIA H200")
+    count: int = Field(ge=1, le=4096)
+    node: str = Field(min_length=1)
+
+
+class CostSettings(_Section):
+    currency: Literal["USD", "CNY"] = Field("USD", description="Reporting currency of /api/v1/cost (metrics stay USD)")
+    cny_per_usd: float | None = Field(None, gt=0, description="Exchange rate for prices quoted in CNY")
+    daily_budget_usd: float | None = Field(None, gt=0, description="inference_cost_budget_used_ratio's denominator")
+    timezone: str = Field("UTC", description="Where a budget day starts and ends (IANA name, e.g. Asia/Shanghai)")
+    gpu_prices: dict[str, Price] = Field(default_factory=dict, description="Per GPU model, over the defaults")
+    node_prices: dict[str, Price] = Field(default_factory=dict, description="Per node: overrides the model's price")
+    static_gpus: list[StaticGpus] = Field(default_factory=list)
+    expensive_factor: float = Field(
+        2.0, ge=1.0, description="A request is expensive when its prompt or output exceeds this x the baseline P99"
+    )
+    max_gap: Duration = Field(
+        Duration("15m"), description="Downtime up to this long accrues at the last spend rate; longer is not guessed"
+    )
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r} (use an IANA name, e.g. Asia/Shanghai)") from None
+        return value
+
+    @model_validator(mode="after")
+    def _rate_for_cny(self) -> CostSettings:
+        if self.cny_per_usd is not None:
+            return self
+        quoted = [f"gpu_prices.{k}" for k, p in self.gpu_prices.items() if p.cny_per_hour is not None]
+        quoted += [f"node_prices.{k}" for k, p in self.node_prices.items() if p.cny_per_hour is not None]
+        if self.currency == "CNY":
+            quoted.append("currency")
+        if quoted:
+            raise ValueError(f"cny_per_usd is needed: {', '.join(quoted)} in CNY")
+        return self
 
 
 class RequestLogSource(_Section):
@@ -328,6 +431,13 @@ class Settings(BaseSettings):
     storage: StorageSettings = Field(default_factory=StorageSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     alerting: AlertingSettings = Field(default_factory=AlertingSettings)
+    canary: CanarySettings = Field(default_factory=lambda: CanarySettings())
+
+    @model_validator(mode="after")
+    def _canary_references(self) -> Settings:
+        check_canary_references(self.canary, self.service)
+        return self
+    cost: CostSettings = Field(default_factory=CostSettings)
     quality: QualitySettings = Field(default_factory=QualitySettings)
 
     @classmethod
@@ -380,3 +490,82 @@ def _describe(exc: ValidationError, path: str | Path | None) -> str:
             reason = "unknown key"
         lines.append(f"{where}{key}: {reason}")
     return "\n".join(lines)
+
+
+# ---- canary (issue #13): streaming probes through the OpenAI-compatible API ------------------
+
+
+class CanaryProbe(_Section):
+    """One synthetic user: a small streaming chat completion every `interval`."""
+
+    name: str = Field(min_length=1, description="Label value `probe` on every canary series")
+    base_url: str = Field(description="The OpenAI-compatible API as clients call it, e.g. http://10.0.0.5:8000/v1")
+    model: str = Field(min_length=1, description="Model to ask (label `model`)")
+    interval: Duration = Field(Duration("60s"), description="One probe per interval (never two at once)")
+    timeout: Duration = Field(Duration("30s"), description="Deadline for the whole probe, first byte to last token")
+    api_key_env: str | None = Field(None, description="Environment variable holding the API key (never logged)")
+    prompt: str = Field("Say hello in five words.", min_length=1)
+    max_tokens: int = Field(32, ge=1, le=4096, description="A small answer: the probe costs one short request")
+    expect: str | None = Field(None, description="Regular expression (a plain word is one) the answer must contain")
+    target: str | None = Field(None, description="The service target it reaches (for the TTFT gap)")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_base(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"not an http(s) URL: {value!r}")
+        return value.rstrip("/")
+
+    @field_validator("expect")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_present(cls, value: str | None) -> str | None:
+        # Checked at start-up, so a missing key is a configuration error, not a failing probe.
+        if value is not None and not os.environ.get(value):
+            raise ValueError(f"environment variable {value} is not set")
+        return value
+
+    @model_validator(mode="after")
+    def _timeout_fits(self) -> CanaryProbe:
+        if self.timeout.seconds > self.interval.seconds:
+            raise ValueError(f"timeout {self.timeout} is longer than interval {self.interval}: probes would overlap")
+        return self
+
+
+class CanarySettings(_Section):
+    probes: list[CanaryProbe] = Field(default_factory=list)
+    user: str = Field("infermon-canary", min_length=1,
+                      description="The OpenAI `user` field of every probe (exclude it from usage reports)")
+    gap_window: Duration | None = Field(None, description="Window of the engine's P50 TTFT (default: the shortest)")
+
+    @field_validator("probes")
+    @classmethod
+    def _unique_probes(cls, value: list[CanaryProbe]) -> list[CanaryProbe]:
+        names = [p.name for p in value]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate probe names: {duplicates}")
+        return value
+
+
+def check_canary_references(canary: CanarySettings, service: ServiceSettings) -> None:
+    """Probe targets name service targets; the gap window is one of the service windows."""
+    known = [t.name for t in service.targets]
+    for i, probe in enumerate(canary.probes):
+        if probe.target is not None and probe.target not in known:
+            raise ValueError(f"canary.probes.{i}.target: no service target named {probe.target!r} (known: {known})")
+    windows = [w.text for w in service.windows]
+    if canary.gap_window is not None and canary.gap_window not in service.windows:
+        raise ValueError(f"canary.gap_window: {canary.gap_window} is not one of service.windows {windows}")
+
+
+Settings.model_rebuild()  # `canary` is declared above its section's classes

@@ -21,7 +21,7 @@ import uvicorn
 from monitor.app import create_app
 from monitor.config import Settings, load_settings
 from monitor.runtime import Monitor
-from monitor.sim.engine import SimulatedEngine
+from monitor.sim.engine import DEFAULT_MODEL, SimulatedEngine
 from monitor.sim.faults import demo_schedule
 from monitor.sim.load import LoadConfig, run_load
 from monitor.sim.quality_feed import feed_request_log, serve_judge, simulated_history
@@ -41,11 +41,24 @@ def demo_settings(sim_url: str, port: int, extra: dict[str, Any] | None = None) 
             "scrape_interval": "5s",
             "windows": ["1m", "5m"],
             "baseline_window": "10m",
-            "targets": [{"name": "vllm-sim", "url": f"{sim_url}/metrics"}],
+            "targets": [{"name": "vllm-sim", "url": f"{sim_url}/metrics", "node": "demo-h200", "gpus": [0]}],
         },
         "storage": {"url": "sqlite:///./infermon-demo.db"},
         # No GPU needed: a real H200 recording (idle, burn, memory fill, 30 % duty) plays in a loop.
         "infra": {"interval": "5s", "replay": {"file": str(DEMO_TRACE)}, "node": "demo-h200"},
+        # The canary: a synthetic user streaming through the simulator's OpenAI API, next to its own numbers.
+        "canary": {"probes": [{"name": "demo-chat", "base_url": f"{sim_url}/v1", "model": DEFAULT_MODEL,
+                               "interval": "15s", "timeout": "10s", "target": "vllm-sim",
+                               "expect": "simulated"}]},
+        # The H200 has no default price: a demo value. Two fleets the monitor cannot see: Ascend
+        # GPUs priced in CNY, and a workstation GPU nobody priced (inference_cost_price_known 0).
+        "cost": {
+            "daily_budget_usd": 50,
+            "cny_per_usd": 7.1,
+            "gpu_prices": {"H200": {"usd_per_hour": 3.5}, "Ascend 910C": {"cny_per_hour": 10}},
+            "static_gpus": [{"model": "Ascend 910C", "count": 8, "node": "rack-cn"},
+                            {"model": "NVIDIA GeForce RTX 4090", "count": 1, "node": "workstation"}],
+        },
     }
     for section, values in (extra or {}).items():
         sections.setdefault(section, {}).update(values)
@@ -79,6 +92,7 @@ async def run_demo(port: int = 9480, duration: float | None = None) -> None:
     load = LoadConfig(rps=DEMO_RPS, duration_s=duration if duration is not None else 7 * 86400.0,
                       max_tokens=(32, 256), drain_timeout_s=5.0)
     tasks.append(asyncio.create_task(run_load(sim_url, load), name="load"))
+    tasks.append(asyncio.create_task(_long_prompt_bursts(sim_url), name="long-prompts"))
     _banner(port, sim_url)
     try:
         if duration is None:
@@ -95,6 +109,17 @@ async def run_demo(port: int = 9480, duration: float | None = None) -> None:
                 await asyncio.wait_for(task, 10)
 
 
+async def _long_prompt_bursts(sim_url: str) -> None:
+    """Every 10 minutes from minute 12 (the baseline has filled), 3 minutes of very long prompts:
+    inference_cost_expensive_request_ratio{tokens="prompt"} rises while they last."""
+    await asyncio.sleep(12 * 60)
+    while True:
+        burst = LoadConfig(rps=1.5, duration_s=180.0, prompt_words=(2000, 4000), max_tokens=(32, 64),
+                           drain_timeout_s=5.0, seed=None)
+        await run_load(sim_url, burst)
+        await asyncio.sleep(7 * 60)
+
+
 def _banner(port: int, sim_url: str) -> None:
     print(f"""
 inference-monitor demo (the engine is a SIMULATOR of a vLLM server, driven at {DEMO_RPS:g} req/s)
@@ -104,6 +129,8 @@ inference-monitor demo (the engine is a SIMULATOR of a vLLM server, driven at {D
   GPU       a replayed NVML recording of a real H200 (inference_gpu_*)
   quality   a SIMULATED judge scores the simulator's answers (request log); within the first
             minute: inference_quality_* and http://127.0.0.1:{port}/reports/quality/<today>
+  canary    one streamed chat every 15 s through the simulator's API (inference_canary_*)
+  cost      http://127.0.0.1:{port}/api/v1/cost   (H200 at a demo $3.5/h, static Ascend + RTX 4090 fleets)
 Numbers appear within ~15 s; faults (latency spike, error burst, slow decode, KV pressure)
 cycle every 10 minutes. Ctrl-C stops.
 """, flush=True)

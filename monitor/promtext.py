@@ -7,22 +7,35 @@ previous scrape (the same bytes, every 15 s) is looked up instead of parsed agai
 
     parse(text, wanted={"vllm:num_requests_running", ...}) -> Page
     page.samples["vllm:num_requests_running"] == {(("engine", "0"), ("model_name", "m")): 12.0}
+
+`wanted` may also map the names as written on a page to the names the caller reads them under
+(`{"vllm_num_requests_running": "vllm:num_requests_running"}`): one engine table then reads
+every spelling an exporter may use.
+
+On the families it reads, the fast path gives exactly what a full parse (`wanted=None`) gives, or
+refuses the page where the full parse refuses it; a family it skips is not checked.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 Labels = tuple[tuple[str, str], ...]
 """A label set as sorted (name, value) pairs: hashable and independent of page order."""
 
-_LABEL_PAIR = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\\n]|\\.)*)"\s*(,?)')
+_QUOTED = r'"(?:[^"\\\n]|\\.)*"'
+# name="value" (the name may be quoted), or a bare quoted string (a metric name), then an optional ','
+_LABEL_PAIR = re.compile(rf'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*|{_QUOTED})[ \t]*(?:=[ \t]*({_QUOTED}))?[ \t]*(,?)')
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 _CACHE_LIMIT = 200_000
-_FAMILY_SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created", "_info")
+_FAMILY_SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created", "_info", "_gcount", "_gsum")
+_BLANKS = " \t"
+_NAME_END = re.compile(r"[^ \t{]*")
+Wanted = Collection[str] | Mapping[str, str]
+"""Sample names to read: a collection, or page spelling -> the name to file the samples under."""
 
 
 class PageError(ValueError):
@@ -46,69 +59,93 @@ class Parser:
     """A parser with a label-block cache; keep one per target so the cache stays warm."""
 
     def __init__(self) -> None:
-        self._labels_cache: dict[str, Labels] = {}
-        self._families_cache: dict[int, tuple[Collection[str], frozenset[str]]] = {}
+        self._labels_cache: dict[str, tuple[str | None, Labels]] = {}
+        self._wanted_cache: dict[int, tuple[Wanted, dict[str, str], frozenset[str]]] = {}
+        self._valid_names: set[str] = set()
+        self._family_patterns: dict[str, re.Pattern[str]] = {}
 
-    def parse(
-        self, text: str, wanted: Collection[str] | None = None, openmetrics: bool = False
-    ) -> Page:
+    def parse(self, text: str, wanted: Wanted | None = None, openmetrics: bool = False) -> Page:
         if len(self._labels_cache) > _CACHE_LIMIT:
             self._labels_cache.clear()
+            self._valid_names.clear()
         check_text(text)
         page = Page(openmetrics=openmetrics or _ends_with_eof(text))
         if text and not page.openmetrics and not text.endswith("\n"):
             # The format ends every line, the last one too, with a line feed: a page cut off
             # mid-line ("...} 12" of "...} 123") is detectable only this way.
             raise PageError("truncated: the last line does not end with a line feed")
+        # The body ends where '# EOF' starts, so that skipping the last family never skips it.
+        body_end = _eof_line(text) if page.openmetrics else len(text)
+        aliases = None if wanted is None else self._aliases(wanted)
         saw_eof = False
-        for start, end in self._spans(text, wanted, page):
-            saw_eof = self._lines(text, start, end, page, wanted, saw_eof)
+        for start, end in self._spans(text, body_end, wanted, page):
+            saw_eof = self._lines(text, start, end, page, aliases, saw_eof)
+        saw_eof = self._lines(text, body_end, len(text), page, aliases, saw_eof)
         if page.openmetrics and not saw_eof:
             raise PageError("OpenMetrics page without '# EOF': truncated")
         return page
 
-    def _spans(self, text: str, wanted: Collection[str] | None, page: Page) -> Iterator[tuple[int, int]]:
+    def _aliases(self, wanted: Wanted) -> dict[str, str]:
+        return self._wanted(wanted)[1]
+
+    def _wanted(self, wanted: Wanted) -> tuple[Wanted, dict[str, str], frozenset[str]]:
+        """(wanted, page name -> filed name, family names of the wanted samples), cached per object."""
+        cached = self._wanted_cache.get(id(wanted))
+        if cached is None or cached[0] is not wanted:
+            aliases = dict(wanted) if isinstance(wanted, Mapping) else {name: name for name in wanted}
+            families = set(aliases)
+            for name in aliases:
+                for suffix in _FAMILY_SUFFIXES:
+                    if name.endswith(suffix):
+                        families.add(name.removesuffix(suffix))
+            cached = (wanted, aliases, frozenset(families))
+            self._wanted_cache[id(wanted)] = cached
+        return cached
+
+    def _spans(self, text: str, body_end: int, wanted: Wanted | None, page: Page) -> Iterator[tuple[int, int]]:
         """The parts of the page worth reading: whole families nobody wants are skipped.
 
         A family's block runs from its `# TYPE` line to the next one. It is skipped only when
-        every line in it is a comment or starts with the family's name, so an untyped sample
+        every other line in it is a comment, blank, or a sample of that family (its name, or its
+        name with a histogram/summary/counter suffix, then a blank or '{'), so an untyped sample
         of a wanted family hiding in another family's block is still read.
         """
         if wanted is None:
-            yield 0, len(text)
+            yield 0, body_end
             return
-        families = self._wanted_families(wanted)
+        families = self._wanted(wanted)[2]
         pending = 0
-        block = 0 if text.startswith("# TYPE ") else _next_type_line(text, 0)
+        block = 0 if text.startswith("# TYPE ") else _next_type_line(text, 0, body_end)
         while block >= 0:
-            line_end = text.find("\n", block)
-            line_end = len(text) if line_end < 0 else line_end
-            family = text[block + 7 : line_end].split(" ", 1)[0]
-            following = _next_type_line(text, line_end)
-            block_end = len(text) if following < 0 else following
-            if family not in families and _only_family_lines(text, line_end + 1, block_end, family):
+            line_end = text.find("\n", block, body_end)
+            line_end = body_end if line_end < 0 else line_end
+            declared = text[block:line_end].split()
+            family = declared[2] if len(declared) >= 3 else ""
+            following = _next_type_line(text, line_end, body_end)
+            block_end = body_end if following < 0 else following
+            if family and family not in families and self._only_family_lines(text, line_end, block_end, family):
                 yield pending, block
                 Parser._comment(text[block:line_end], page)
                 pending = block_end
             block = following
-        yield pending, len(text)
+        yield pending, body_end
 
-    def _wanted_families(self, wanted: Collection[str]) -> frozenset[str]:
-        key = id(wanted)
-        cached = self._families_cache.get(key)
-        if cached is None or cached[0] is not wanted:
-            names = set(wanted)
-            for name in wanted:
-                for suffix in _FAMILY_SUFFIXES:
-                    if name.endswith(suffix):
-                        names.add(name.removesuffix(suffix))
-            cached = (wanted, frozenset(names))
-            self._families_cache[key] = cached
-        return cached[1]
+    def _only_family_lines(self, text: str, line_end: int, block_end: int, family: str) -> bool:
+        # One C-speed search for a line that is not ours; text[line_end] is the '\n' before the
+        # block's second line, and the block's own final '\n' is left out.
+        pattern = self._family_patterns.get(family)
+        if pattern is None:
+            suffixes = "|".join(_FAMILY_SUFFIXES)
+            pattern = re.compile(rf"\n(?![ \t]*(?:#|\n|\Z)|{re.escape(family)}(?:{suffixes})?[ \t{{])")
+            self._family_patterns[family] = pattern
+        stop = block_end - 1 if block_end > line_end and text[block_end - 1] == "\n" else block_end
+        return pattern.search(text, line_end, stop) is None
 
     def _lines(
-        self, text: str, start: int, end: int, page: Page, wanted: Collection[str] | None, saw_eof: bool
+        self, text: str, start: int, end: int, page: Page, aliases: dict[str, str] | None, saw_eof: bool
     ) -> bool:
+        if start >= end:
+            return saw_eof
         for index, line in enumerate(text[start:end].split("\n")):
             if saw_eof:
                 if line.strip():
@@ -120,7 +157,7 @@ class Parser:
                 saw_eof = self._comment(line, page)
                 continue
             try:
-                self._sample(line, page, wanted)
+                self._sample(line, page, aliases)
             except (ValueError, IndexError) as exc:
                 raise PageError(f"line {_line_number(text, start, index)}: {exc}: {_snippet(line)}") from None
         return saw_eof
@@ -128,39 +165,58 @@ class Parser:
     @staticmethod
     def _comment(line: str, page: Page) -> bool:
         parts = line.split(None, 3)
-        if len(parts) >= 2 and parts[1] == "EOF":
+        if len(parts) >= 2 and parts[0] == "#" and parts[1] == "EOF":
             return True
-        if len(parts) >= 4 and parts[1] == "TYPE":
+        if len(parts) >= 4 and parts[0] == "#" and parts[1] == "TYPE":
             page.types[parts[2]] = parts[3].strip()
         return False
 
-    def _sample(self, line: str, page: Page, wanted: Collection[str] | None) -> None:
-        brace = line.find("{")
-        if brace > 0 and line.endswith(" # ", 0, brace):
-            brace = -1  # that '{' opens an OpenMetrics exemplar: the sample itself has no labels
-        if brace < 0:
-            name, _, rest = line.partition(" ")
-            if wanted is not None and name not in wanted:
-                return
-            labels: Labels = ()
+    def _sample(self, line: str, page: Page, aliases: dict[str, str] | None) -> None:
+        # name{labels} value [timestamp] [# exemplar]; blanks are spaces or tabs; the name may
+        # instead be quoted inside the braces ({"name", a="1"}, Prometheus 3's UTF-8 syntax).
+        if line[0] == "{":
+            name, labels, rest = self._quoted_name_sample(line)
         else:
-            name = line[:brace]
-            if wanted is not None and name not in wanted:
+            cut = _name_end(line)
+            name = line[:cut]
+            after = cut
+            while after < len(line) and line[after] in _BLANKS:
+                after += 1
+            if aliases is not None and name not in aliases:
+                self._check_name(name)  # not ours, but a broken line still fails the page
                 return
-            labels, rest = self._labels_and_rest(line, brace)
-        if wanted is None and not _METRIC_NAME.match(name):  # wanted names are valid by construction
-            raise ValueError(f"bad metric name {name!r}")
-        fields = rest.split()
-        if not fields:
-            raise ValueError("sample without a value")
-        value = float(fields[0])
+            self._check_name(name)
+            if after < len(line) and line[after] == "{":
+                quoted, labels, rest = self._labels_and_rest(line, after)
+                if quoted is not None:
+                    raise ValueError("a metric name both before and inside the braces")
+            else:
+                labels, rest = (), line[after:]
+        if aliases is not None:
+            if name not in aliases:
+                return
+            name = aliases[name]
+        value = _value(rest)
         series = page.samples.setdefault(name, {})
         if labels in series:
             page.duplicates += 1  # first one wins, like a Prometheus scrape reports it
             return
         series[labels] = value
 
-    def _labels_and_rest(self, line: str, brace: int) -> tuple[Labels, str]:
+    def _quoted_name_sample(self, line: str) -> tuple[str, Labels, str]:
+        quoted, labels, rest = self._labels_and_rest(line, 0)
+        if quoted is None:
+            raise ValueError("no metric name")
+        return quoted, labels, rest
+
+    def _check_name(self, name: str) -> None:
+        if name not in self._valid_names:
+            if not _METRIC_NAME.match(name):
+                raise ValueError(f"bad metric name {name!r}")
+            self._valid_names.add(name)
+
+    def _labels_and_rest(self, line: str, brace: int) -> tuple[str | None, Labels, str]:
+        """(a quoted metric name inside the braces or None, the labels, the text after '}')."""
         # Fast path: a sample line has no '}' after its label block unless it carries an
         # OpenMetrics exemplar (" # {...}"), so the last '}' closes the labels.
         if " # " not in line:
@@ -170,33 +226,77 @@ class Parser:
             block = line[brace : end + 1]
             cached = self._labels_cache.get(block)
             if cached is None:
-                cached, consumed = _parse_label_block(line, brace)
+                quoted, labels, consumed = _parse_label_block(line, brace)
                 if consumed != end + 1:
                     raise ValueError("text after the label block")
-                self._labels_cache[block] = cached
-            return cached, line[end + 1 :]
-        labels, consumed = _parse_label_block(line, brace)
-        rest = line[consumed:]
-        exemplar = rest.find(" # ")
-        return labels, rest if exemplar < 0 else rest[:exemplar]
+                cached = self._labels_cache[block] = (quoted, labels)
+            return cached[0], cached[1], line[end + 1 :]
+        quoted, labels, consumed = _parse_label_block(line, brace)
+        return quoted, labels, line[consumed:]
 
 
-def _parse_label_block(line: str, brace: int) -> tuple[Labels, int]:
-    """Parse `{a="1",b="2"}` starting at `brace`; returns the labels and the index after '}'."""
+def _name_end(line: str) -> int:
+    """Index of the first blank or '{' (the end of an unquoted metric name)."""
+    return _NAME_END.match(line).end()  # type: ignore[union-attr]  # [^...]* always matches
+
+
+def _value(rest: str) -> float:
+    """The sample value of `value [timestamp] [# exemplar]`, read as Go's ParseFloat reads it."""
+    exemplar = rest.find(" # ")
+    fields = (rest if exemplar < 0 else rest[:exemplar]).split()
+    if not fields:
+        raise ValueError("sample without a value")
+    if len(fields) > 2:
+        raise ValueError("text after the timestamp")
+    text = fields[0]
+    if "_" not in text and text.isascii():
+        try:
+            return float(text)  # the common case, without go_float's call
+        except ValueError:
+            pass
+    return go_float(text)
+
+
+def go_float(text: str) -> float:
+    """A number as Go's strconv.ParseFloat reads it (Prometheus' sample values and `le` bounds)."""
+    if "_" in text or not text.isascii():
+        raise ValueError(f"bad value {text!r}")  # Python's float() reads "1_2" as 12; Go does not
+    try:
+        return float(text)
+    except ValueError:
+        if text.lstrip("+-")[:2].lower() == "0x":
+            try:
+                return float.fromhex(text)  # Go reads hexadecimal floats
+            except ValueError:
+                pass
+        raise ValueError(f"bad value {text!r}") from None
+
+
+def _parse_label_block(line: str, brace: int) -> tuple[str | None, Labels, int]:
+    """Parse `{a="1",b="2"}` starting at `brace`: (quoted metric name, labels, index after '}')."""
     pos = brace + 1
+    quoted: str | None = None
     pairs: list[tuple[str, str]] = []
     while True:
-        while pos < len(line) and line[pos] == " ":
+        while pos < len(line) and line[pos] in _BLANKS:
             pos += 1
         if pos < len(line) and line[pos] == "}":
             break
         match = _LABEL_PAIR.match(line, pos)
         if match is None:
             raise ValueError(f"bad label at column {pos + 1}")
-        pairs.append((match.group(1), _unescape(match.group(2))))
+        key, value = match.group(1), match.group(2)
+        if key.startswith('"'):
+            key = _unescape(key[1:-1])
+        if value is None:  # a bare quoted string: the metric name, once, where no name came before
+            if not match.group(1).startswith('"') or quoted is not None or pairs:
+                raise ValueError(f"bad label at column {pos + 1}")
+            quoted = key
+        else:
+            pairs.append((key, _unescape(value[1:-1])))
         pos = match.end()
         if not match.group(3):
-            while pos < len(line) and line[pos] == " ":
+            while pos < len(line) and line[pos] in _BLANKS:
                 pos += 1
             if pos >= len(line) or line[pos] != "}":
                 raise ValueError("unterminated label block")
@@ -204,7 +304,7 @@ def _parse_label_block(line: str, brace: int) -> tuple[Labels, int]:
     names = [name for name, _ in pairs]
     if len(set(names)) != len(names):
         raise ValueError("repeated label name")
-    return tuple(sorted(pairs)), pos + 1
+    return quoted, tuple(sorted(pairs)), pos + 1
 
 
 def _unescape(value: str) -> str:
@@ -219,18 +319,18 @@ def check_text(text: str) -> None:
         raise PageError("not Prometheus text: the body looks like HTML")
 
 
-def _next_type_line(text: str, position: int) -> int:
-    found = text.find("\n# TYPE ", position)
+def _next_type_line(text: str, position: int, end: int) -> int:
+    found = text.find("\n# TYPE ", position, end)
     return found + 1 if found >= 0 else -1
 
 
-def _only_family_lines(text: str, start: int, end: int, family: str) -> bool:
-    # Count, without splitting, the lines of text[start:end] that start with the family's
-    # name, with '#', or are empty; the block can be skipped when that is all of them.
-    lines = text.count("\n", start, end) + (0 if text.endswith("\n", start, end) or start >= end else 1)
-    body = "\n" + text[start:end]
-    accounted = body.count("\n" + family) + body.count("\n#") + body.count("\n\n")
-    return accounted >= lines
+def _eof_line(text: str) -> int:
+    """Where the final '# EOF' line starts (the page's length when there is none)."""
+    stripped = text.rstrip()
+    if not stripped.endswith("# EOF"):
+        return len(text)
+    start = stripped.rfind("\n", 0, len(stripped) - 5) + 1
+    return start if stripped[start:].split() == ["#", "EOF"] else len(text)
 
 
 def _line_number(text: str, start: int, index: int) -> int:
@@ -245,7 +345,7 @@ def _snippet(line: str) -> str:
     return repr(line[:80] + ("…" if len(line) > 80 else ""))
 
 
-def parse(text: str, wanted: Collection[str] | None = None, openmetrics: bool = False) -> Page:
+def parse(text: str, wanted: Wanted | None = None, openmetrics: bool = False) -> Page:
     """Parse a page once, without a warm cache (tests, one-off reads)."""
     return Parser().parse(text, wanted, openmetrics)
 

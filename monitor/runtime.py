@@ -6,15 +6,23 @@ with an injected HTTP client and clock.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.core import Metric
 
 from monitor import __version__
-from monitor.config import Settings
+from monitor.canary.collector import CanaryCollector
+from monitor.canary.render import render_canary
+from monitor.catalog import family
+from monitor.config import ConfigError, ServiceSettings, Settings, load_settings
+from monitor.cost.collector import CostCollector
+from monitor.cost.render import render_cost
 from monitor.exporter import Renderer, TextWriter, make_registry, render_health, render_text
 from monitor.health import HealthBook
 from monitor.infra.collector import InfraCollector, import_pynvml
@@ -25,6 +33,29 @@ from monitor.service.collector import ServiceCollector
 from monitor.service.render import render_objectives, render_service
 from monitor.store.quality import QualityStore
 from monitor.store.session import Store
+
+log = logging.getLogger("monitor.runtime")
+
+
+@dataclass
+class ReloadState:
+    """Like Prometheus' prometheus_config_last_reload_successful: did the last SIGHUP reload work."""
+
+    successful: bool = True
+    at: float | None = None
+    error: str | None = None
+
+    def failed(self, at: float, error: str) -> None:
+        self.successful, self.at, self.error = False, at, error
+
+    def succeeded(self, at: float) -> None:
+        self.successful, self.at, self.error = True, at, None
+
+
+def render_reload(state: ReloadState) -> Iterator[Metric]:
+    fam = family("inference_monitor_config_last_reload_successful")
+    fam.add_sample(fam.name, {}, 1.0 if state.successful else 0.0)
+    yield fam
 
 
 @dataclass
@@ -44,8 +75,11 @@ class Monitor:
         client: httpx.AsyncClient | None = None,
         wall: Callable[[], float] = time.time,
         load_nvml: Callable[[], Any] = import_pynvml,
+        config_path: Path | None = None,
     ) -> None:
         self.settings = settings
+        self.config_path = config_path
+        self.reloads = ReloadState()
         self.wall = wall
         self.started = wall()
         self.health = HealthBook(wall=wall)
@@ -67,12 +101,22 @@ class Monitor:
         if settings.quality.enabled:
             self.jobs.append(Job("quality_run", 86400.0, self.quality.run, cron=settings.quality.schedule,
                                  timezone=settings.quality.timezone))
+        # canary: synthetic users through the OpenAI-compatible API; the job only dispatches due probes
+        self.canary = CanaryCollector(settings.canary, self.health, wall, service_view=lambda: self.service.view)
+        if settings.canary.probes:
+            self.jobs.append(Job("canary", self.canary.tick_seconds, self.canary.dispatch))
+        # cost: after service and infra in each run_once, on the service's interval when scheduled
+        self.cost = CostCollector(settings, self.service, self.infra, self.health, self.store, wall)
+        self.jobs.append(Job("cost", settings.service.scrape_interval.seconds, self.cost.collect))
         renderers: list[Renderer] = [
             lambda: render_service(self.service.view),
             lambda: [render_objectives(self.service.view)],
             lambda: render_infra(self.infra.view),
             lambda: render_health(self.health),
             lambda: render_quality(self.quality.view, wall()),
+            lambda: render_reload(self.reloads),
+            lambda: render_canary(self.canary),
+            lambda: render_cost(self.cost.view),
         ]
         self.registry = make_registry(renderers)
         self.writer = TextWriter()
@@ -107,18 +151,49 @@ class Monitor:
                     "windows": [w.text for w in self.settings.service.windows],
                     "last_derivation": self.service.view.ts,
                     "targets": self.service.status(),
+                    "file_sd": self.service.discovery.status() if self.service.discovery else None,
                 },
                 "infra": self.infra.status(),
                 "quality": self.quality.status(),
+                "canary": self.canary.status(),
+                "cost": self.cost.status(),
             },
+            "topology": self.cost.view.topology.as_dict(),
+            "config": {"file": str(self.config_path) if self.config_path else None,
+                       "last_reload_successful": self.reloads.successful, "last_reload": self.reloads.at,
+                       "last_reload_error": self.reloads.error},
             "collectors": [entry.as_dict() for entry in self.health.entries.values()],
             "recent_events": self.store.recent_events(20),
         }
+
+    def reload(self) -> bool:
+        """SIGHUP: read the configuration file again. A broken file keeps the running configuration
+        and says why; service targets and file_sd take effect at once, other sections at restart."""
+        if self.config_path is None:
+            return False
+        try:
+            fresh = load_settings(self.config_path)
+        except ConfigError as exc:
+            self.reloads.failed(self.wall(), str(exc))
+            log.error("configuration reload failed, keeping the running configuration: %s", exc)
+            return False
+        self.service.reconfigure(fresh.service.targets, fresh.service.file_sd)
+        later = [name for name in type(fresh).model_fields if name != "service"
+                 and getattr(fresh, name) != getattr(self.settings, name)]
+        later += [key for key in ServiceSettings.model_fields if key not in ("targets", "file_sd")
+                  and getattr(fresh.service, key) != getattr(self.settings.service, key)]
+        self.settings = self.settings.model_copy(update={"service": self.settings.service.model_copy(
+            update={"targets": fresh.service.targets, "file_sd": fresh.service.file_sd})})
+        self.reloads.succeeded(self.wall())
+        log.info("configuration reloaded: %d static target(s), file_sd %s%s", len(fresh.service.targets),
+                 fresh.service.file_sd or "none", f"; changed, applied at restart: {', '.join(later)}" if later else "")
+        return True
 
     async def prune(self) -> None:
         self.store.prune(self.wall() - self.settings.storage.retention.seconds)
 
     async def aclose(self) -> None:
         self.store.close()
+        await self.canary.aclose()
         await self.infra.aclose()
         await self.client.aclose()

@@ -13,6 +13,7 @@ import httpx
 
 from bench.promserver import free_port
 from tests.pageserver import Page, PageServer
+from tests.service.exporters import prefixed
 
 FIXTURE = (Path(__file__).parent / "fixtures" / "sample_vllm_v1.prom").read_text()
 
@@ -48,17 +49,20 @@ def test_check_names_the_bad_key(tmp_path: Path) -> None:
 def test_check_scrapes_each_target_once(tmp_path: Path) -> None:
     with PageServer() as server:
         server.set("/metrics", Page(FIXTURE))
+        server.set("/kserve", Page(prefixed(FIXTURE, "kserve_")))
         config = tmp_path / "ok.yaml"
         config.write_text(
             "infra: {nvml: {enabled: 'false'}}\n"
             f"service:\n  targets:\n    - {{name: a, url: '{server.url('/metrics')}'}}\n"
             f"    - {{name: b, url: '{server.url('/missing')}'}}\n"
+            f"    - {{name: c, url: '{server.url('/kserve')}'}}\n"
         )
         result = subprocess.run(infermon("check", "--config", str(config)), capture_output=True, text=True,
                                 env=env(tmp_path), timeout=60, check=False)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "up, vllm v1" in result.stdout
     assert "DOWN: HTTP 404" in result.stdout
+    assert "set metric_prefix: kserve_ on this target" in result.stdout  # KServe's queue-proxy names
 
 
 def test_serve_answers_then_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
@@ -97,7 +101,12 @@ def test_demo_shows_service_numbers(tmp_path: Path) -> None:
     try:
         wait_for(f"http://127.0.0.1:{port}/healthz")
         wanted = ['inference_ttft_seconds{model="meta-llama/Llama-3.1-8B-Instruct",quantile="0.99",target="vllm-sim"',
-                  "inference_requests_per_second{", "inference_kv_cache_usage_ratio{"]
+                  "inference_requests_per_second{", "inference_kv_cache_usage_ratio{",
+                  'inference_canary_up{model="meta-llama/Llama-3.1-8B-Instruct",probe="demo-chat"} 1.0',
+                  'inference_canary_ttft_gap_seconds{model="meta-llama/Llama-3.1-8B-Instruct",probe="demo-chat"',
+                  'inference_cost_usd_per_million_tokens{model="meta-llama/Llama-3.1-8B-Instruct",tokens="generated"',
+                  'inference_cost_price_known{gpu="0",node="workstation"} 0.0', "inference_cost_idle_usd_per_hour ",
+                  "inference_cost_budget_used_ratio "]
         deadline = time.monotonic() + 30
         while True:
             text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text

@@ -9,15 +9,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import httpx
 
-from monitor.config import ServiceSettings, Target
+from monitor.config import ServiceSettings, ServiceTarget, Target
 from monitor.health import HealthBook
 from monitor.promtext import PageError, Parser, check_text
 from monitor.service.derive import (
+    LENGTH_HISTOGRAMS,
     Objectives,
     Rates,
     Window,
@@ -26,13 +27,15 @@ from monitor.service.derive import (
     stats_from_rates,
     window_rates,
 )
-from monitor.service.engines import EngineSpec, detect
+from monitor.service.discovery import DiscoveryError, FileDiscovery
+from monitor.service.engines import EngineSpec, detect, suggest_prefix
 from monitor.service.extract import Snapshot, extract
 from monitor.service.scrape import ScrapeError, fetch_page
 from monitor.service.series import SeriesStore
 
 log = logging.getLogger("monitor.service")
 COLLECTOR = "service"
+DISCOVERY = "file_sd"
 
 
 @dataclass
@@ -84,8 +87,50 @@ class ServiceCollector:
         self.wall = wall
         self.windows = [Window(w.text, w.seconds) for w in settings.windows]
         self.objectives = Objectives(settings.slo.ttft.seconds, settings.slo.tpot.seconds)
-        self.targets = {t.name: self._new_state(t) for t in settings.targets}
+        self.targets: dict[str, TargetState] = {}
+        self.static: list[ServiceTarget] = []
+        self.discovery: FileDiscovery | None = None
+        self.reconfigure(settings.targets, settings.file_sd)
         self.view = ServiceView(ts=wall(), windows=self.windows, objectives=self.objectives)
+
+    def reconfigure(self, static: Sequence[ServiceTarget], file_sd: Sequence[str]) -> None:
+        """New static targets and file_sd files (start-up, SIGHUP); applied at once."""
+        self.static = list(static)
+        previous = self.discovery.patterns if self.discovery else []
+        if list(file_sd) != previous:
+            for path in self.discovery.watched() if self.discovery else []:
+                self.health.forget(DISCOVERY, path)
+            self.discovery = FileDiscovery(list(file_sd)) if file_sd else None
+        self._discover()
+        self._apply(self.static + (self.discovery.targets() if self.discovery else []))
+
+    def _discover(self) -> bool:
+        if self.discovery is None:
+            return False
+        changed = self.discovery.refresh()
+        for path in self.discovery.removed:
+            self.health.forget(DISCOVERY, path)
+        for path in self.discovery.watched():
+            with self.health.run(DISCOVERY, path):
+                if path in self.discovery.errors:
+                    raise DiscoveryError(self.discovery.errors[path])
+        return changed
+
+    def _apply(self, wanted: Sequence[Target]) -> None:
+        """Keep the states of unchanged targets; start new ones afresh; drop the ones gone."""
+        desired: dict[str, Target] = {}
+        for target in wanted:
+            if target.name in desired:
+                log.warning("target name %r is used twice: the first one is kept", target.name)
+                continue
+            desired[target.name] = target
+        for name in list(self.targets):
+            if name not in desired or desired[name] != self.targets[name].target:
+                del self.targets[name]
+                self.health.forget(COLLECTOR, name)
+        for name, target in desired.items():
+            if name not in self.targets:
+                self.targets[name] = self._new_state(target)
 
     def _new_state(self, target: Target) -> TargetState:
         interval = self.settings.scrape_interval.seconds
@@ -97,6 +142,8 @@ class ServiceCollector:
         )
 
     async def collect(self) -> ServiceView:
+        if self._discover():
+            self._apply(self.static + (self.discovery.targets() if self.discovery else []))
         await asyncio.gather(*(self._scrape(state) for state in self.targets.values()))
         self.view = self.derive(self.wall())
         return self.view
@@ -128,15 +175,16 @@ class ServiceCollector:
 
     def _ingest(self, state: TargetState, text: str, openmetrics: bool, ts: float) -> None:
         check_text(text)
-        spec = detect(text)
+        prefix = state.target.metric_prefix
+        spec = detect(text, prefix)
         if spec is None:
-            raise PageError("no known serving-engine metrics on the page (vLLM, SGLang, TGI)")
+            raise PageError(_no_engine_reason(text, prefix))
         if spec is not state.engine:
             # Another engine or generation: old snapshots use other names, start afresh.
             state.store.clear()
             state.baseline.clear()
             state.engine = spec
-        page = state.parser.parse(text, spec.wanted, openmetrics)
+        page = state.parser.parse(text, spec.page_names(prefix), openmetrics)
         default_model = state.target.model or "unknown"
         snap = extract(page, spec, ts, default_model)
         state.duplicates, state.non_finite = page.duplicates, snap.non_finite
@@ -149,7 +197,8 @@ class ServiceCollector:
         state.latest = snap
         state.store.append(snap)
         generation = snap.counters.get("generation_tokens") or {}
-        state.baseline.append(Snapshot(ts=snap.ts, counters={"generation_tokens": generation}))
+        lengths = {metric: snap.buckets[metric] for metric in LENGTH_HISTOGRAMS if metric in snap.buckets}
+        state.baseline.append(Snapshot(ts=snap.ts, counters={"generation_tokens": generation}, buckets=lengths))
 
     def derive(self, now: float) -> ServiceView:
         view = ServiceView(ts=now, windows=self.windows, objectives=self.objectives)
@@ -205,6 +254,16 @@ class ServiceCollector:
                 "models": sorted(state.latest.models()) if state.latest and state.up else [],
             })
         return rows
+
+
+def _no_engine_reason(text: str, prefix: str) -> str:
+    reason = "no known serving-engine metrics on the page (vLLM, SGLang, TGI)"
+    if prefix:
+        return f"{reason} behind metric_prefix {prefix!r}"
+    behind = suggest_prefix(text)
+    if behind:
+        return f"{reason}; they appear behind the prefix {behind!r}: set metric_prefix: {behind} on this target"
+    return reason
 
 
 def safe_url(url: str) -> str:

@@ -24,6 +24,9 @@ from monitor.service.series import SeriesStore
 QUANTILES = (0.5, 0.95, 0.99)
 RATE_METRICS = ("requests", "errors", "prompt_tokens", "generation_tokens", "preemptions")
 HISTOGRAMS = ("ttft", "tpot", "e2e", "queue")
+# Request-length histograms (prompt / generated tokens per request): no quantiles of their own;
+# their window and baseline buckets go to the cost layer (expensive requests).
+LENGTH_HISTOGRAMS = ("prompt_len", "generation_len")
 
 LeRates = dict[float, float]
 
@@ -49,6 +52,7 @@ class Rates:
     http_errors: float | None = None
     http_all: float | None = None
     baseline_generation: float | None = None
+    baseline_buckets: dict[str, LeRates] = field(default_factory=dict)  # request lengths over the baseline
 
 
 @dataclass
@@ -61,6 +65,8 @@ class WindowStats:
     throughput_baseline_ratio: float | None = None
     quantiles: dict[str, dict[float, float]] = field(default_factory=dict)
     slo_attainment: dict[str, float] = field(default_factory=dict)
+    lengths: dict[str, LeRates] = field(default_factory=dict)  # request-length bucket rates over the window
+    baseline_lengths: dict[str, LeRates] = field(default_factory=dict)  # ... and over the baseline before it
 
 
 def window_rates(
@@ -71,7 +77,7 @@ def window_rates(
     baseline_seconds: float = 0.0,
     counts_errors: bool = True,
 ) -> dict[str, Rates]:
-    """Per-model rates of one target over [end - window, end] (Prometheus 2.x: both ends closed).
+    """Per-model rates of one target over (end - window, end] (Prometheus 3.x: left-open).
 
     `baseline` holds the generation-token counters for longer, for the trailing throughput
     baseline over the `baseline_seconds` before the window.
@@ -96,8 +102,12 @@ def window_rates(
         (rates,) = per_model.values()
         rates.http_all, rates.http_errors = http["all"], http.get("errors", 0.0)
     if baseline is not None and baseline_seconds > 0:
-        for (_, metric, model, _), rate in baseline.rates(start - baseline_seconds, start).items():
-            if metric == "generation_tokens" and model in per_model:
+        for (kind, metric, model, le), rate in baseline.rates(start - baseline_seconds, start).items():
+            if model not in per_model:
+                continue
+            if kind == "bucket" and le is not None:
+                per_model[model].baseline_buckets.setdefault(metric, {})[le] = rate
+            elif metric == "generation_tokens":
                 per_model[model].baseline_generation = rate
     return per_model
 
@@ -115,10 +125,14 @@ def stats_from_rates(rates: Rates, objectives: Objectives) -> WindowStats:
     if generation is not None and rates.baseline_generation:
         stats.throughput_baseline_ratio = generation / rates.baseline_generation
     for metric, le_rates in rates.buckets.items():
+        if metric in LENGTH_HISTOGRAMS:
+            stats.lengths[metric] = le_rates
+            continue
         values = dict(zip(QUANTILES, histogram_quantiles(QUANTILES, list(le_rates.items())), strict=True))
         finite = {q: v for q, v in values.items() if not math.isnan(v)}
         if finite:
             stats.quantiles[metric] = finite
+    stats.baseline_lengths = rates.baseline_buckets
     for metric, threshold in (("ttft", objectives.ttft_seconds), ("tpot", objectives.tpot_seconds)):
         if metric in rates.buckets:
             share = fraction_at_or_below(threshold, sorted(rates.buckets[metric].items()))
@@ -131,24 +145,36 @@ def fleet_rates(per_target: Iterable[dict[str, Rates]]) -> dict[str, Rates]:
     """Sum per-target rates by model; buckets only on the bounds that every target has."""
     fleet: dict[str, Rates] = {}
     bounds: dict[tuple[str, str], set[float]] = {}
+    baseline_bounds: dict[tuple[str, str], set[float]] = {}
     for target in per_target:
         for model, rates in target.items():
             total = fleet.setdefault(model, Rates())
             for metric, value in rates.counters.items():
                 total.counters[metric] = total.counters.get(metric, 0.0) + value
-            for metric, le_rates in rates.buckets.items():
-                shared = bounds.setdefault((model, metric), set(le_rates))
-                shared &= set(le_rates)
-                summed = total.buckets.setdefault(metric, {})
-                for le, value in le_rates.items():
-                    summed[le] = summed.get(le, 0.0) + value
+            _sum_buckets(total.buckets, rates.buckets, bounds, model)
+            _sum_buckets(total.baseline_buckets, rates.baseline_buckets, baseline_bounds, model)
             total.http_errors = _add(total.http_errors, rates.http_errors)
             total.http_all = _add(total.http_all, rates.http_all)
             total.baseline_generation = _add(total.baseline_generation, rates.baseline_generation)
     for (model, metric), shared in bounds.items():
-        summed = fleet[model].buckets[metric]
-        fleet[model].buckets[metric] = {le: v for le, v in summed.items() if le in shared}
+        _keep_shared(fleet[model].buckets, metric, shared)
+    for (model, metric), shared in baseline_bounds.items():
+        _keep_shared(fleet[model].baseline_buckets, metric, shared)
     return fleet
+
+
+def _sum_buckets(total: dict[str, LeRates], add: dict[str, LeRates], bounds: dict[tuple[str, str], set[float]],
+                 model: str) -> None:
+    for metric, le_rates in add.items():
+        shared = bounds.setdefault((model, metric), set(le_rates))
+        shared &= set(le_rates)
+        summed = total.setdefault(metric, {})
+        for le, value in le_rates.items():
+            summed[le] = summed.get(le, 0.0) + value
+
+
+def _keep_shared(buckets: dict[str, LeRates], metric: str, shared: set[float]) -> None:
+    buckets[metric] = {le: v for le, v in buckets[metric].items() if le in shared}
 
 
 def _error_ratio(rates: Rates) -> float | None:

@@ -4,15 +4,24 @@ Adding an engine is adding an `EngineSpec` to `ENGINES` and a fixture page under
 tests/fixtures/pages/; nothing else switches on the engine. Names are the *sample* names as they
 appear on the page (`vllm:prompt_tokens_total`, TGI's suffix-less `tgi_request_count`).
 
+Every name is also read in its escaped spelling, each ':' written '_' (`vllm_prompt_tokens_total`):
+prometheus_client >= 0.23 writes sample names that way when it answers with OpenMetrics (its
+`escaping=underscores` default, while its # TYPE lines keep the colons), and a Prometheus that
+negotiated the same way stores that spelling. A target may also say that every name sits behind a
+prefix (`metric_prefix: kserve_` for KServe's queue-proxy, which republishes vLLM's metrics as
+`kserve_vllm:...`).
+
 Our metrics:
     counters    requests (all finished), errors (finished with an engine error), prompt_tokens,
                 generation_tokens, preemptions
-    histograms  ttft, tpot, e2e, queue  (base family names; `_bucket` is appended)
+    histograms  ttft, tpot, e2e, queue  (base family names; `_bucket` is appended);
+                prompt_len, generation_len (tokens per request: the cost layer's expensive requests)
     gauges      running, waiting, kv_cache
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from monitor.promtext import Labels
@@ -70,6 +79,32 @@ class EngineSpec:
             names.update(gauge.candidates)
         object.__setattr__(self, "wanted", frozenset(names))
 
+    def page_names(self, prefix: str = "") -> dict[str, str]:
+        """Every spelling a page may use for the names we read -> the name in this table."""
+        return _page_names(self, prefix)
+
+    def marker_spellings(self, prefix: str = "") -> tuple[str, ...]:
+        return tuple(dict.fromkeys(s for m in self.markers for s in spellings(m, prefix)))
+
+
+def spellings(name: str, prefix: str = "") -> tuple[str, ...]:
+    """`name` as an exporter may write it: as is, and with ':' escaped to '_' (behind `prefix`)."""
+    written = prefix + name
+    return (written, written.replace(":", "_")) if ":" in written else (written,)
+
+
+_PAGE_NAMES: dict[tuple[str, str, str], dict[str, str]] = {}
+
+
+def _page_names(spec: EngineSpec, prefix: str) -> dict[str, str]:
+    # One dict per (engine, prefix) for the process: the parser caches its work per dict object.
+    key = (spec.engine, spec.generation, prefix)
+    names = _PAGE_NAMES.get(key)
+    if names is None:
+        names = {spelled: name for name in sorted(spec.wanted) for spelled in spellings(name, prefix)}
+        _PAGE_NAMES[key] = names
+    return names
+
 
 HTTP_SAMPLES = ("http_requests_total",)
 """prometheus-fastapi-instrumentator's counter (vLLM): status="2xx".."5xx", handler."""
@@ -107,6 +142,8 @@ VLLM_V1 = EngineSpec(
         ),
         "e2e": ("vllm:e2e_request_latency_seconds",),
         "queue": ("vllm:request_queue_time_seconds",),
+        "prompt_len": ("vllm:request_prompt_tokens",),
+        "generation_len": ("vllm:request_generation_tokens",),
     },
     gauges={
         **_VLLM_GAUGES_COMMON,
@@ -136,6 +173,8 @@ VLLM_V0 = EngineSpec(
         ),
         "e2e": ("vllm:e2e_request_latency_seconds",),
         "queue": ("vllm:request_queue_time_seconds",),
+        "prompt_len": ("vllm:request_prompt_tokens",),
+        "generation_len": ("vllm:request_generation_tokens",),
     },
     gauges={
         **_VLLM_GAUGES_COMMON,
@@ -176,6 +215,8 @@ SGLANG = EngineSpec(
         "tpot": ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
         "e2e": ("sglang:e2e_request_latency_seconds",),
         "queue": ("sglang:queue_time_seconds",),
+        "prompt_len": ("sglang:prompt_tokens_histogram",),
+        "generation_len": ("sglang:generation_tokens_histogram",),
     },
     gauges={
         # One series per data-parallel rank (dp_rank): replicas, summed.
@@ -221,6 +262,8 @@ TGI = EngineSpec(
         "tpot": ("tgi_request_mean_time_per_token_duration",),
         "e2e": ("tgi_request_duration",),
         "queue": ("tgi_request_queue_duration",),
+        "prompt_len": ("tgi_request_input_length",),
+        "generation_len": ("tgi_request_generated_tokens",),
     },
     gauges={
         "running": GaugeSpec(("tgi_batch_current_size",)),
@@ -237,10 +280,24 @@ TGI = EngineSpec(
 ENGINES: list[EngineSpec] = [VLLM_V1, VLLM_V0, SGLANG, TGI]
 
 
-def detect(text: str) -> EngineSpec | None:
-    """The engine whose marker sample appears on the page; cheap substring checks only."""
+def detect(text: str, prefix: str = "") -> EngineSpec | None:
+    """The engine whose marker sample appears on the page (either spelling); substring checks only."""
     for spec in ENGINES:
-        for marker in spec.markers:
-            if f"\n{marker}{{" in text or f"\n{marker} " in text or text.startswith(marker):
+        for marker in spec.marker_spellings(prefix):
+            if _has_sample(text, marker):
                 return spec
+    return None
+
+
+def _has_sample(text: str, name: str) -> bool:
+    return f"\n{name}{{" in text or f"\n{name} " in text or text.startswith((f"{name}{{", f"{name} "))
+
+
+def suggest_prefix(text: str) -> str | None:
+    """A prefix behind which the page holds an engine's names (`kserve_`), when it has them only so."""
+    for spec in ENGINES:
+        for marker in spec.marker_spellings():
+            found = re.search(rf"(?m)^([a-zA-Z_:][a-zA-Z0-9_:]*?){re.escape(marker)}[{{ ]", text)
+            if found and found.group(1):
+                return found.group(1)
     return None

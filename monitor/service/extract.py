@@ -12,12 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from monitor.promtext import Labels, Page
+from monitor.promtext import Labels, Page, go_float
 from monitor.service.engines import HTTP_API_PREFIX, HTTP_SAMPLES, EngineSpec
 
 ModelOf = Callable[[Labels], str]
 BucketKey = tuple[Labels, float]
-"""(the bucket series' labels without `le`, its upper bound)"""
+"""(the bucket series' labels, `le` as written included, and its upper bound as a number)
+
+`le="0.2"` and `le="2e-1"` are two series, each rate()'d on its own, whose rates add up in one
+bucket, as Prometheus' coalesceBuckets does; keying on the number alone would let one overwrite
+the other."""
 
 
 @dataclass(slots=True)
@@ -103,15 +107,15 @@ def _buckets(series: dict[Labels, float], model_of: ModelOf, snap: Snapshot) -> 
 
 @lru_cache(maxsize=65536)
 def _split_le(labels: Labels) -> BucketKey | None:
-    # The same label tuples come back every scrape (the parser caches them): split them once.
+    # The same label tuples come back every scrape (the parser caches them): read `le` once.
     le_text = next((v for k, v in labels if k == "le"), None)
     if le_text is None:
         return None
     try:
-        le = float(le_text)
+        le = go_float(le_text)
     except ValueError:
         return None  # histogram_quantile skips a bucket whose `le` is not a number, so do we
-    return tuple(pair for pair in labels if pair[0] != "le"), le
+    return labels, le
 
 
 def _combine_gauge(

@@ -8,6 +8,7 @@ Prometheus on the same samples. Plain floats in, plain floats out.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from itertools import pairwise
 
@@ -68,6 +69,12 @@ def extrapolated_rate(points: Sequence[Point], range_start: float, range_end: fl
 Bucket = tuple[float, float]
 """(upper bound `le`, cumulative count)"""
 
+# Relative difference under which two bucket counts are the same count (float noise of summed
+# rates), Prometheus >= 2.49's smallDeltaTolerance; util/almost's smallest normal float below.
+SMALL_DELTA_TOLERANCE = 1e-12
+_MIN_NORMAL = 2.2250738585072014e-308
+
+
 def histogram_quantile(q: float, buckets: Sequence[Bucket]) -> float:
     """Prometheus `histogram_quantile(q, ...)` over classic buckets; NaN when there is no answer.
 
@@ -78,11 +85,26 @@ def histogram_quantile(q: float, buckets: Sequence[Bucket]) -> float:
 
 
 def histogram_quantiles(qs: Sequence[float], buckets: Sequence[Bucket]) -> list[float]:
-    """Several quantiles of one histogram, sorting and repairing its buckets once."""
-    ordered = _monotonic(sorted(buckets))
-    if len(ordered) < 2 or not math.isinf(ordered[-1][0]):
+    """Several quantiles of one histogram, sorting and repairing its buckets once.
+
+    Prometheus 3.x promql/quantile.go BucketQuantile: sort, require +Inf, merge buckets whose
+    bounds are equal however they were written (`0.2`, `2e-1`), repair monotonicity (ignoring
+    relative differences below 1e-12), then interpolate.
+    """
+    ordered = _repaired(buckets)
+    if ordered is None or len(ordered) < 2:
         return [_out_of_range(q) for q in qs]
     return [_quantile(q, ordered) for q in qs]
+
+
+def _repaired(buckets: Sequence[Bucket]) -> list[Bucket] | None:
+    """Sorted, coalesced and monotonic buckets; None without a +Inf bucket."""
+    if not buckets:
+        return None
+    ordered = sorted(buckets, key=lambda b: b[0])
+    if not math.isinf(ordered[-1][0]) or ordered[-1][0] < 0:
+        return None
+    return _monotonic(_coalesce(ordered))
 
 
 def _out_of_range(q: float) -> float:
@@ -98,7 +120,7 @@ def _quantile(q: float, ordered: list[Bucket]) -> float:
     if observations == 0 or math.isnan(observations):
         return math.nan
     rank = q * observations
-    index = next(i for i, (_, count) in enumerate(ordered) if count >= rank)
+    index = next((i for i, (_, count) in enumerate(ordered[:-1]) if count >= rank), len(ordered) - 1)
     if index == len(ordered) - 1:
         return ordered[-2][0]
     upper, count = ordered[index]
@@ -112,32 +134,82 @@ def _quantile(q: float, ordered: list[Bucket]) -> float:
     return lower + (upper - lower) * (rank / count)
 
 
+def _coalesce(ordered: list[Bucket]) -> list[Bucket]:
+    """Buckets with the same bound (sorted input) become one, their counts summed."""
+    merged: list[Bucket] = [ordered[0]]
+    for upper, count in ordered[1:]:
+        if upper == merged[-1][0]:
+            merged[-1] = (upper, merged[-1][1] + count)
+        else:
+            merged.append((upper, count))
+    return merged
+
+
 def _monotonic(buckets: list[Bucket]) -> list[Bucket]:
-    """Float sums of bucket rates can dip; Prometheus raises each count to the running max."""
-    fixed: list[Bucket] = []
-    highest = -math.inf
-    for upper, count in buckets:
-        if count > highest:
-            highest = count
-        fixed.append((upper, highest))
+    """Float sums of bucket rates can dip; Prometheus raises each count to the last kept count.
+
+    A count within a relative 1e-12 of the last kept one is that count (either direction);
+    a lower count is raised to it; neither moves the kept count (ensureMonotonicAndIgnoreSmallDeltas).
+    """
+    fixed: list[Bucket] = [buckets[0]]
+    kept = buckets[0][1]
+    for upper, count in buckets[1:]:
+        if count != kept and (_almost_equal(kept, count) or count < kept):
+            count = kept
+        kept = count
+        fixed.append((upper, count))
     return fixed
 
 
-def fraction_at_or_below(threshold: float, buckets: Sequence[Bucket]) -> float:
-    """Share of observations <= threshold, interpolating linearly inside a bucket the way
-    histogram_quantile does (its inverse). NaN without observations."""
-    ordered = _monotonic(sorted(buckets))
-    if len(ordered) < 2 or not math.isinf(ordered[-1][0]):
+def _almost_equal(a: float, b: float) -> bool:
+    # prometheus util/almost.Equal with epsilon = SMALL_DELTA_TOLERANCE.
+    if (math.isnan(a) and math.isnan(b)) or a == b:
+        return True
+    total = abs(a) + abs(b)
+    diff = abs(a - b)
+    if a == 0 or b == 0 or total < _MIN_NORMAL:
+        return diff < SMALL_DELTA_TOLERANCE * _MIN_NORMAL
+    return diff / min(total, sys.float_info.max) < SMALL_DELTA_TOLERANCE
+
+
+def histogram_fraction(lower: float, upper: float, buckets: Sequence[Bucket]) -> float:
+    """Prometheus 3.x `histogram_fraction(lower, upper, ...)` over classic buckets (BucketFraction).
+
+    The share of observations between the bounds, interpolating linearly inside a bucket (the
+    inverse of histogram_quantile). NaN without observations or with a NaN bound; the +Inf bucket
+    contributes nothing to a finite bound, so a histogram with only +Inf gives 0 there.
+    """
+    ordered = sorted(buckets, key=lambda b: b[0])
+    if not ordered or not math.isinf(ordered[-1][0]) or ordered[-1][0] < 0:
         return math.nan
+    ordered = _coalesce(ordered)
     total = ordered[-1][1]
-    if total == 0:
+    if total == 0 or math.isnan(lower) or math.isnan(upper):
         return math.nan
-    lower, below = 0.0, 0.0
-    for upper, count in ordered:
-        if threshold <= upper:
-            if math.isinf(upper):
-                return below / total
-            share = (threshold - lower) / (upper - lower) if upper > lower else 1.0
-            return (below + (count - below) * max(share, 0.0)) / total
-        lower, below = upper, count
-    return 1.0
+    if lower >= upper:
+        return 0.0
+    lower_rank = _rank_at(lower, ordered)
+    upper_rank = _rank_at(upper, ordered)
+    return (min(upper_rank, total) - min(lower_rank, total)) / total
+
+
+def _rank_at(value: float, ordered: list[Bucket]) -> float:
+    """How many observations lie below `value`, interpolated inside its bucket."""
+    rank = 0.0
+    bucket_start = 0.0 if ordered[0][0] > 0 else -math.inf
+    for index, (upper, count) in enumerate(ordered):
+        if index > 0:
+            bucket_start = ordered[index - 1][0]
+        if bucket_start >= value:
+            return rank
+        if upper > value:
+            if bucket_start == -math.inf:
+                return count  # no interpolation inside an infinitely wide bucket
+            return rank + (count - rank) * (value - bucket_start) / (upper - bucket_start)
+        rank = count
+    return ordered[-1][1]
+
+
+def fraction_at_or_below(threshold: float, buckets: Sequence[Bucket]) -> float:
+    """Share of observations <= threshold: `histogram_fraction(-Inf, threshold, ...)` (SLO attainment)."""
+    return histogram_fraction(-math.inf, threshold, buckets)

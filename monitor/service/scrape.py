@@ -14,7 +14,12 @@ from dataclasses import dataclass
 
 import httpx
 
-ACCEPT = "text/plain;version=0.0.4;q=1.0,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
+# The text format only. prometheus_client (>= 0.23, up to 0.26 at least) ignores q-values and
+# answers any Accept that lists OpenMetrics with OpenMetrics in `escaping=underscores`, writing
+# `vllm_num_requests_running` for `vllm:num_requests_running` (its issue #1177); asked for
+# text/plain;version=0.0.4 alone it keeps the colons. Nothing we read needs OpenMetrics (exemplars,
+# _created), and the engine tables read both spellings anyway, for pages other clients made.
+ACCEPT = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
 
 
 class ScrapeError(Exception):

@@ -71,12 +71,12 @@ class SeriesStore:
         self._last_valid[:n] = np.where(valid, scraped, last)
 
     def rates(self, start: float, end: float) -> dict[GroupKey, float]:
-        """Sum of Prometheus `rate()` per group over [start, end] (Prometheus 2.x: both ends closed)."""
+        """Sum of Prometheus `rate()` per group over (start, end]: left-open, as Prometheus 3.x selects."""
         # Durations from integer milliseconds, like Prometheus: float seconds near 1.8e9 would
         # carry ~1e-7 s of rounding into every extrapolation.
         end_ms = to_ms(end)
         start_ms = end_ms - to_ms(end - start)  # the range is the window back from the end
-        first = bisect_left(self.times, start_ms)
+        first = bisect_right(self.times, start_ms)  # a sample exactly at the left edge is out
         last = bisect_right(self.times, end_ms) - 1
         n = len(self.keys)
         if last - first < 1 or n == 0:

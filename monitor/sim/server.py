@@ -198,6 +198,9 @@ class SimServer:
         # Bound here and handed to uvicorn, so the free port cannot be taken in between.
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Accepted sockets inherit it: without it the first SSE chunk after the response head
+        # waits ~40 ms for the client's delayed ACK (Nagle), which the canary sees as TTFT.
+        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._socket.bind((self.host, self.port))
         self.port = self._socket.getsockname()[1]
         self._server = uvicorn.Server(

@@ -10,6 +10,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
+from monitor.store import cost as _cost_tables  # noqa: F401  (creates the cost tables)
 from monitor.store import quality as _quality_tables  # noqa: F401  (registers the quality tables)
 from monitor.store.models import Base, CollectorEvent
 

@@ -134,7 +134,7 @@ CASES = [
                                   content_type="application/json")),
          "no known serving-engine metrics on the page"),
     Case("malformed-sample", at("/malformed", Page(malformed_page()[0])),
-         f"line {malformed_page()[1]}: could not convert string to float: 'twelve'"),
+         f"line {malformed_page()[1]}: bad value 'twelve'"),
     Case("binary-garbage", at("/garbage", garbage_page()), "page is not UTF-8 text"),
     Case("too-large", at("/large", oversized_page(FIXTURE, MAX_PAGE, chunked=False)),
          f"page larger than {MAX_PAGE} bytes ({len(oversized_page(FIXTURE, MAX_PAGE, False).body)})"),

@@ -1,4 +1,10 @@
-"""Snapshots -> numbers, on pages whose expected PromQL results are computed by hand."""
+"""Snapshots -> numbers, on pages whose expected PromQL results are computed by hand.
+
+Ranges are left-open as in Prometheus 3.x: a sample exactly `w` before the evaluation time is
+outside `[w]`. Tests whose samples start at t=0 and evaluate at t=60 use a 61 s window so the
+first sample is inside; rate() then extrapolates by 1 s to the edge, which for a counter that does
+not start at 0 gives exactly the increase over 60 s divided by 60 s.
+"""
 
 import math
 
@@ -38,7 +44,8 @@ def test_quantile_over_window_uses_bucket_increases() -> None:
     start = {"0.1": 100, "0.2": 100, "1": 100, "+Inf": 100}
     end = {"0.1": 150, "0.2": 170, "1": 210, "+Inf": 220}  # increases: 50, 70, 110, 120
     history = [snap(page(start, 100), 0.0), snap(page(end, 220), 60.0)]
-    rates = window_rates(store(history), 60.0, Window("1m", 60))[MODEL]
+    assert window_rates(store(history), 60.0, Window("1m", 60)) == {}  # t=0 is outside (0, 60]
+    rates = window_rates(store(history), 60.0, Window("61s", 61))[MODEL]
     stats = stats_from_rates(rates, Objectives())
     assert stats.quantiles["ttft"][0.5] == pytest.approx(0.15)
     assert stats.requests_per_second == pytest.approx(2.0)
@@ -50,7 +57,7 @@ def test_two_engines_rate_per_series_then_sum() -> None:
     a = [snap(page({"+Inf": 0}, 100, "0") + page({"+Inf": 0}, 50, "1"), 0.0),
          snap(page({"+Inf": 0}, 130, "0") + page({"+Inf": 0}, 5, "1"), 30.0),
          snap(page({"+Inf": 0}, 160, "0") + page({"+Inf": 0}, 35, "1"), 60.0)]
-    rates = window_rates(store(a), 60.0, Window("1m", 60))[MODEL]
+    rates = window_rates(store(a), 60.0, Window("61s", 61))[MODEL]
     assert rates.counters["requests"] == pytest.approx((60 + 35) / 60)
 
 
@@ -59,11 +66,12 @@ def test_fleet_uses_shared_bucket_bounds() -> None:
     fine_end = {"0.1": 10, "0.2": 20, "0.5": 30, "1": 40, "+Inf": 40}
     coarse = {"0.2": 0, "1": 0, "+Inf": 0}
     coarse_end = {"0.2": 40, "1": 40, "+Inf": 40}
-    target_a = window_rates(store([snap(page(fine, 0), 0), snap(page(fine_end, 40), 60)]), 60, Window("1m", 60))
-    target_b = window_rates(store([snap(page(coarse, 0), 0), snap(page(coarse_end, 40), 60)]), 60, Window("1m", 60))
+    window = Window("61s", 61)
+    target_a = window_rates(store([snap(page(fine, 0), 0), snap(page(fine_end, 40), 60)]), 60, window)
+    target_b = window_rates(store([snap(page(coarse, 0), 0), snap(page(coarse_end, 40), 60)]), 60, window)
     fleet = fleet_rates([target_a, target_b])[MODEL]
     assert sorted(fleet.buckets["ttft"]) == [0.2, 1.0, math.inf]
-    per_s = 1 / 60
+    per_s = 1 / 61  # counters from 0 are not extrapolated back past their zero point
     assert fleet.buckets["ttft"][0.2] == pytest.approx((20 + 40) * per_s)
     assert fleet.counters["requests"] == pytest.approx(80 * per_s)
     # Fleet median: 40 of 80 below 0.2... rank 40 -> 0.2 * (40/60)
@@ -73,14 +81,17 @@ def test_fleet_uses_shared_bucket_bounds() -> None:
 def test_no_observations_export_nothing() -> None:
     flat = {"0.1": 5, "+Inf": 5}
     history = [snap(page(flat, 5), 0.0), snap(page(flat, 5), 30.0)]
-    stats = stats_from_rates(window_rates(store(history), 30.0, Window("30s", 30))[MODEL], Objectives())
+    stats = stats_from_rates(window_rates(store(history), 30.0, Window("31s", 31))[MODEL], Objectives())
     assert "ttft" not in stats.quantiles
     assert stats.requests_per_second == 0.0
     assert stats.error_ratio is None  # no finished requests: no ratio, not 0
 
 
 def test_baseline_ratio() -> None:
-    history = [snap(page({"+Inf": 0}, 0, gen=g), t) for t, g in [(0, 0), (60, 6000), (120, 12000), (180, 15000)]]
+    # Scraped every 30 s: 100 tokens/s until t=120, then 50/s; the window (120, 180] holds 150 and
+    # 180 (extrapolated by one step to 60 s), the baseline (0, 120] holds 30..120.
+    points = [(t, 1000 + 100 * min(t, 120) + 50 * max(t - 120, 0)) for t in range(0, 181, 30)]
+    history = [snap(page({"+Inf": 0}, 0, gen=g), t) for t, g in points]
     rates = window_rates(store(history), 180, Window("1m", 60), store(history), 120)[MODEL]
     stats = stats_from_rates(rates, Objectives())
     assert stats.generation_tokens_per_second == pytest.approx(50.0)
@@ -107,10 +118,10 @@ def test_series_missing_from_a_scrape_and_late_series() -> None:
         snap(page({"+Inf": 0}, 6, "1"), 30.0),
         snap(page({"+Inf": 0}, 40, "0") + page({"+Inf": 0}, 12, "1"), 45.0),
     ]
-    rates = window_rates(store(snaps), 45.0, Window("45s", 45))[MODEL]
-    # engine 0: points (0,10) (15,20) (45,40): increase 30 over 45 s, starts at the window edge.
+    rates = window_rates(store(snaps), 45.0, Window("46s", 46))[MODEL]
+    # engine 0: points (0,10) (15,20) (45,40): increase 30 over 45 s, extrapolated 1 s to the edge.
     # engine 1: points (15,0) (30,6) (45,12): 12 over 30 s, a counter from 0 is not extrapolated back.
-    assert rates.counters["requests"] == pytest.approx((30 + 12) / 45)
+    assert rates.counters["requests"] == pytest.approx((30 * 46 / 45 + 12) / 46)
 
 
 def test_store_trims_old_columns() -> None:
@@ -120,3 +131,17 @@ def test_store_trims_old_columns() -> None:
     assert len(series.times) < 60 + 17
     rates = window_rates(series, 99.0, Window("1m", 60))[MODEL]
     assert rates.counters["requests"] == pytest.approx(1.0)
+
+
+def test_same_bound_written_differently_through_the_store() -> None:
+    # Prometheus' mixed_bucket: le="0.2", "2e-1" and "2.0e-1" are three series, rate()'d apart and
+    # merged into one bucket at quantile time; P50 is 0.15 (0.2 if they overwrote each other).
+    def mixed(n: float) -> str:
+        labels = f'engine="0",model_name="{MODEL}"'
+        bounds = {"0.1": n, "0.2": n, "2e-1": n, "2.0e-1": n, "+Inf": 4 * n}
+        lines = [f'vllm:time_to_first_token_seconds_bucket{{{labels},le="{le}"}} {c}' for le, c in bounds.items()]
+        return "\n".join([f"vllm:kv_cache_usage_perc{{{labels}}} 0.5", *lines]) + "\n"
+
+    history = [snap(mixed(10), 0.0), snap(mixed(20), 30.0), snap(mixed(30), 60.0)]
+    stats = stats_from_rates(window_rates(store(history), 60.0, Window("1m", 60))[MODEL], Objectives())
+    assert stats.quantiles["ttft"][0.5] == pytest.approx(0.15)

@@ -8,6 +8,7 @@ from monitor.service.promql import (
     extrapolated_increase,
     extrapolated_rate,
     fraction_at_or_below,
+    histogram_fraction,
     histogram_quantile,
     reset_corrected_delta,
 )
@@ -67,3 +68,61 @@ def test_fraction_is_inverse_of_quantile() -> None:
         assert fraction_at_or_below(histogram_quantile(q, BUCKETS), BUCKETS) == pytest.approx(q)
     assert fraction_at_or_below(5.0, BUCKETS) == pytest.approx(110 / 120)  # beyond the last bound
     assert math.isnan(fraction_at_or_below(0.1, [(0.1, 0.0), (math.inf, 0.0)]))
+
+
+# --- Prometheus 3.x edge cases (promql/promqltest/testdata/histograms.test) ---------------------
+
+INF = math.inf
+
+
+def test_same_bound_written_differently_is_one_bucket() -> None:
+    # mixed_bucket: le="0.2", "2e-1" and "2.0e-1" are one bound; their counts add up (coalesceBuckets).
+    mixed = [(0.1, 1.0), (float("0.2"), 1.0), (float("2e-1"), 1.0), (float("2.0e-1"), 1.0), (INF, 4.0)]
+    assert histogram_quantile(0.5, mixed) == pytest.approx(0.15)  # 0.2 when they overwrite each other
+    assert histogram_quantile(0.75, mixed) == pytest.approx(0.2)
+    assert math.isnan(histogram_quantile(0.5, [(float("+inf"), 0.0), (INF, 0.0)]))
+
+
+def test_nonmonotonic_vector() -> None:
+    # nonmonotonic_bucket at 50m: counts 20, 10, 50, 40, 90, 80 for le 0.1 .. +Inf.
+    buckets = [(0.1, 20.0), (1.0, 10.0), (10.0, 50.0), (100.0, 40.0), (1000.0, 90.0), (INF, 80.0)]
+    assert histogram_quantile(0.01, buckets) == pytest.approx(0.0045)
+    assert histogram_quantile(0.5, buckets) == pytest.approx(8.5)
+    assert histogram_quantile(0.99, buckets) == pytest.approx(979.75)
+
+
+def test_small_deltas_are_equal_counts() -> None:
+    # A bucket 1e-13 (relative) above the previous one holds no observations (Prometheus >= 2.49);
+    # without the tolerance the 0.5 quantile would be interpolated inside (0.2, 0.5].
+    base = 70.0
+    buckets = [(0.1, 50.0), (0.2, base), (0.5, base * (1 + 1e-13)), (INF, base * (1 + 1e-13))]
+    assert histogram_quantile(1.0, buckets) == 0.2
+    # A real difference (1e-9) is kept.
+    real = [(0.1, 50.0), (0.2, base), (0.5, base * (1 + 1e-9)), (INF, base * (1 + 1e-9))]
+    assert histogram_quantile(1.0, real) == 0.5
+
+
+@pytest.mark.parametrize(
+    ("lower", "upper", "buckets", "expected"),
+    [
+        (0, 4, [(0, 0), (2, 1), (4, 2), (6, 3), (INF, 3)], 2 / 3),
+        (0, 3.5, [(0, 0), (2, 1), (4, 2), (6, 3), (INF, 3)], 0.5833333333333334),
+        (0, 1.5, [(1, 1), (2, 3), (3, 6), (INF, 100)], 0.02),
+        (-4, -2, [(-3, 10), (-2, 12), (-1, 15), (INF, 100)], 0.02),
+        (-INF, -1.5, [(-3, 10), (-2, 12), (-1, 15), (INF, 100)], 0.135),
+        (-INF, INF, [(1, 1), (2, 3), (3, 6), (INF, 100)], 1.0),
+        (4, 5, [(1, 1), (2, 3), (3, 6), (INF, 100)], 0.0),
+        (2, 5, [(1, 1), (2, 3), (3, 6), (INF, 100)], 0.03),
+        (2, 2, [(1, 1), (2, 3), (3, 6), (INF, 100)], 0.0),
+    ],
+)
+def test_histogram_fraction_vectors(lower: float, upper: float, buckets: list[tuple[float, float]],
+                                    expected: float) -> None:
+    assert histogram_fraction(lower, upper, buckets) == pytest.approx(expected, abs=1e-12)
+
+
+def test_fraction_rules_of_prometheus_3_8() -> None:
+    assert fraction_at_or_below(INF, BUCKETS) == 1.0  # +Inf bound: everything
+    assert math.isnan(fraction_at_or_below(math.nan, BUCKETS))  # NaN is not 100 % attainment
+    assert fraction_at_or_below(0.2, [(INF, 7.0)]) == 0.0  # only +Inf: nothing known below 0.2
+    assert math.isnan(fraction_at_or_below(0.2, [(0.1, 5.0), (1.0, 7.0)]))  # no +Inf bucket

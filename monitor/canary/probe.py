@@ -1,0 +1,166 @@
+"""One probe's I/O: a small streaming chat completion through the openai SDK, timed by the client.
+
+The SDK is the one users call the engines with, so what it sees is what they see: the gateway,
+the load balancer, TLS, the network path. It never retries (a retry would hide the failure we
+are here to see), asks for the stream's `usage`, and marks its requests twice so operators can
+leave them out of usage reports: the OpenAI `user` field and an `X-Infermon-Canary: <probe>`
+header. The API key lives only inside the SDK client; every error text is scrubbed of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import openai
+
+from monitor.canary import CANARY_HEADER
+from monitor.canary.outcome import Failure, Observed
+from monitor.config import CanaryProbe
+
+NO_KEY = "EMPTY"  # what vLLM's docs pass when the server wants none; never OPENAI_API_KEY from our environment
+
+
+class Prober:
+    """Runs the probes of one `CanaryProbe`, one at a time, on one SDK client (kept alive)."""
+
+    def __init__(self, probe: CanaryProbe, user: str, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.probe = probe
+        self.user = user
+        self.clock = clock
+        self._key = os.environ.get(probe.api_key_env, "") if probe.api_key_env else ""
+        self._client = openai.AsyncOpenAI(
+            api_key=self._key or NO_KEY,
+            base_url=probe.base_url,
+            max_retries=0,
+            timeout=probe.timeout.seconds,
+            default_headers={CANARY_HEADER: probe.name},
+        )
+
+    async def run(self) -> Observed:
+        seen = _Recording()
+        started = self.clock()
+        try:
+            async with asyncio.timeout(self.probe.timeout.seconds):
+                await self._stream(seen, started)
+        except TimeoutError:
+            seen.fail("timeout", f"no complete answer within {self.probe.timeout}")
+        except openai.APIStatusError as exc:
+            seen.status = exc.status_code
+            seen.fail("status", f"HTTP {exc.status_code}: {_message(exc)}")
+        except openai.APITimeoutError:
+            seen.fail("timeout", f"the SDK timed out ({self.probe.timeout})")
+        except openai.APIConnectionError as exc:
+            seen.fail(*_transport_failure(exc))
+        except Exception as exc:
+            # SDKs before 2.x let a transport error in the middle of a stream through unwrapped.
+            if _is_transport(exc):
+                seen.fail(*_transport_failure(exc))
+            elif isinstance(exc, openai.OpenAIError | json.JSONDecodeError | ValueError):
+                seen.fail("invalid", f"{type(exc).__name__}: {exc}")
+            else:
+                raise  # a bug of ours: the canary's own health shows it
+        # An answer is shown (expect_mismatch) as well as a failure's reason: neither may carry the key.
+        seen.detail, seen.parts = self._scrub(seen.detail), [self._scrub("".join(seen.parts))]
+        return seen.observed()
+
+    async def _stream(self, seen: _Recording, started: float) -> None:
+        stream = await self._client.chat.completions.create(
+            model=self.probe.model,
+            messages=[{"role": "user", "content": self.probe.prompt}],
+            max_tokens=self.probe.max_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+            user=self.user,
+        )
+        seen.status = stream.response.status_code
+        async with stream:
+            async for chunk in stream:
+                seen.chunk(chunk, self.clock() - started)
+        seen.ended_s = self.clock() - started
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._key, "<secret>") if self._key else text
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+class _Recording:
+    """The mutable side of `Observed`, filled while the stream runs."""
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.first_content_s: float | None = None
+        self.last_content_s: float | None = None
+        self.ended_s: float | None = None
+        self.content_chunks = 0
+        self.parts: list[str] = []
+        self.usage_tokens: int | None = None
+        self.finish_reason: str | None = None
+        self.failure: Failure | None = None
+        self.detail = ""
+
+    def chunk(self, chunk: Any, at: float) -> None:
+        if chunk.usage is not None and chunk.usage.completion_tokens is not None:
+            self.usage_tokens = chunk.usage.completion_tokens
+        for choice in chunk.choices:
+            if choice.delta is not None and choice.delta.content:
+                if self.first_content_s is None:
+                    self.first_content_s = at
+                self.last_content_s = at
+                self.content_chunks += 1
+                self.parts.append(choice.delta.content)
+            if choice.finish_reason is not None:
+                self.finish_reason = choice.finish_reason
+
+    def fail(self, failure: Failure, detail: str) -> None:
+        self.failure, self.detail = failure, detail
+
+    def observed(self) -> Observed:
+        return Observed(
+            status=self.status,
+            first_content_s=self.first_content_s,
+            last_content_s=self.last_content_s,
+            ended_s=self.ended_s if self.failure is None else None,
+            content_chunks=self.content_chunks,
+            text="".join(self.parts),
+            usage_tokens=self.usage_tokens,
+            finish_reason=self.finish_reason,
+            failure=self.failure,
+            detail=self.detail,
+        )
+
+
+def _message(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+    return type(exc).__name__
+
+
+_TRANSPORTS = frozenset({"httpx", "httpx2", "httpcore", "httpcore2", "h11", "anyio"})
+
+
+def _is_transport(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in _TRANSPORTS
+
+
+def _transport_failure(exc: BaseException) -> tuple[Failure, str]:
+    """Refused (nobody listening, unreachable, no such host), timed out or broken, from the cause chain."""
+    causes: list[BaseException] = []
+    cause: BaseException | None = exc
+    while cause is not None and len(causes) < 8:
+        causes.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    reason = next((f"{type(c).__name__}: {c}" for c in reversed(causes) if str(c)), type(exc).__name__)
+    connect_failed = any(isinstance(c, ConnectionRefusedError) or type(c).__name__ == "ConnectError" for c in causes)
+    if connect_failed:
+        return "refused", reason
+    return ("timeout" if any("Timeout" in type(c).__name__ for c in causes) else "connection"), reason

@@ -1,0 +1,291 @@
+"""Prometheus recording rules that compute the service series inside Prometheus, from the engine tables.
+
+At fleet scale Prometheus (or Thanos Ruler, Mimir, vmalert) scrapes the engines itself; these rules
+give it the same `inference_*` series the monitor exports -- same names, same `target`, `model` and
+`window` labels, per target and fleet-wide -- so the alert rules and dashboards work on either.
+They are generated, never written by hand: every engine and generation in `ENGINES` is covered.
+
+How the tables become PromQL:
+- a name is selected in both spellings (`{__name__=~"vllm:x|vllm_x"}`, see engines.spellings);
+- alternatives (another engine, a renamed generation) are chained so that, per target and model,
+  the first one present wins, as the monitor's "first candidate on the page" does:
+  `A or (B unless on (target, model) A) or (C unless on (target, model) (A or B))`;
+- `model` comes from the engine's model label, else a `model` label set by relabeling, else
+  "unknown"; `target` is the label the scrape configuration sets (deploy/prometheus/prometheus.yml);
+- rates are `rate()` over the window; quantiles `histogram_quantile()` of per-target bucket rates
+  (`inference:<histogram>_bucket:rate`, recorded first), fleet-wide of their sum by (le, model).
+
+Each rule is kept as a template whose references to other recorded series are placeholders, so a
+test can expand them inline and query the whole expression against a Prometheus holding raw data.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from monitor.service.derive import QUANTILES
+from monitor.service.engines import ENGINES, HTTP_API_PREFIX, HTTP_SAMPLES, GaugeSpec, Selector, spellings
+
+BY_TARGET = "target, model"
+_REF = re.compile(r"\[\[([a-zA-Z_:][a-zA-Z0-9_:]*)\]\]")
+_SUMMARIES = {"ttft": "inference_ttft_seconds", "tpot": "inference_tpot_seconds",
+              "e2e": "inference_e2e_latency_seconds", "queue": "inference_queue_time_seconds"}
+_RATES = {"requests": "inference_requests_per_second", "prompt_tokens": "inference_prompt_tokens_per_second",
+          "generation_tokens": "inference_generation_tokens_per_second",
+          "preemptions": "inference_preemptions_per_second"}
+_GAUGES = {"running": "inference_requests_running", "waiting": "inference_requests_waiting",
+           "kv_cache": "inference_kv_cache_usage_ratio"}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One recording rule. `expr` may hold `[[name]]`, a reference to a per-target series recorded
+    earlier in the group: a selector in the file, the referenced expression inline in tests."""
+
+    record: str
+    expr: str
+    labels: dict[str, str] = field(default_factory=dict)
+    fleet: bool = False
+
+
+def _name_regex(name: str) -> str:
+    return "|".join(re.escape(s) for s in spellings(name))
+
+
+def _selector(sample: str, match: Sequence[tuple[str, str]] = (), exclude: Sequence[tuple[str, str]] = ()) -> str:
+    matchers = [f'__name__=~"{_name_regex(sample)}"']
+    matchers += [f'{key}="{value}"' for key, value in match]
+    excluded: dict[str, list[str]] = {}
+    for key, value in exclude:
+        excluded.setdefault(key, []).append(re.escape(value))
+    matchers += [f'{key}!~"{"|".join(values)}"' for key, values in excluded.items()]
+    return "{" + ", ".join(matchers) + "}"
+
+
+def _with_model(expr: str, model_label: str | None) -> str:
+    """`model` from the engine's label; a relabeled `model` otherwise; "unknown" when neither."""
+    if model_label:
+        expr = f'label_replace({expr}, "model", "$1", "{model_label}", "(.+)")'
+    return f'label_replace({expr}, "model", "unknown", "model", "")'
+
+
+def _first_present(alternatives: Iterable[tuple[str, str]], on: str = BY_TARGET) -> str:
+    """Per (target, model), the first alternative that has any series.
+
+    `alternatives` are (engine, expression). Names of different engines never meet on one page, so
+    engines are joined by a plain `or`; the alternatives of one engine (renamed generations) are
+    chained so that a later one counts only where no earlier one has series.
+    """
+    by_engine: dict[str, list[str]] = {}
+    for engine, expr in alternatives:
+        if expr not in by_engine.setdefault(engine, []):
+            by_engine[engine].append(expr)
+    chains = []
+    for exprs in by_engine.values():
+        chain = f"({exprs[0]})"
+        for index, expr in enumerate(exprs[1:], start=1):
+            earlier = " or ".join(f"({e})" for e in exprs[:index])
+            chain += f"\nor\n(({expr}) unless on ({on}) ({earlier}))"
+        chains.append(chain)
+    return "\nor\n".join(chains)
+
+
+def _counter(metric: str, window: str, offset: str = "") -> str | None:
+    alternatives = []
+    for spec in ENGINES:
+        selectors: tuple[Selector, ...] = spec.counters.get(metric, ())
+        if not selectors:
+            continue
+        rates = " or ".join(f"rate({_selector(s.sample, s.match, s.exclude)}[{window}]{offset})" for s in selectors)
+        alternatives.append((spec.engine, f"sum by ({BY_TARGET}) ({_with_model(rates, spec.model_label)})"))
+    return _first_present(alternatives) if alternatives else None
+
+
+def _buckets(histogram: str, window: str) -> str:
+    alternatives = []
+    for spec in ENGINES:
+        for base in spec.histograms.get(histogram, ()):
+            rate = f"rate({_selector(f'{base}_bucket')}[{window}])"
+            alternatives.append((spec.engine, f"sum by ({BY_TARGET}, le) ({_with_model(rate, spec.model_label)})"))
+    return _first_present(alternatives)
+
+
+def _gauge(metric: str) -> str:
+    alternatives = []
+    for spec in ENGINES:
+        gauge: GaugeSpec | None = spec.gauges.get(metric)
+        if gauge is None:
+            continue
+        for name in gauge.candidates:
+            # One engine's value seen by several API-server processes counts once (max over pid).
+            values = _selector(name)
+            if spec.process_labels:
+                values = f"max without ({', '.join(spec.process_labels)}) ({values})"
+            scaled = values if gauge.scale == 1.0 else f"({values}) * {gauge.scale!r}"
+            combined = f"{gauge.combine} by ({BY_TARGET}) ({_with_model(scaled, spec.model_label)})"
+            alternatives.append((spec.engine, combined))
+    return _first_present(alternatives)
+
+
+def _error_counting_targets() -> str:
+    """Targets whose engine counts errors: no error series there yet means 0, not absent."""
+    markers = [m for spec in ENGINES if "errors" in spec.counters for m in spec.markers]
+    names = "|".join(_name_regex(m) for m in markers)
+    return f'count by (target) ({{__name__=~"{names}"}})'
+
+
+def window_rules(window: str, baseline: str) -> list[Rule]:
+    """The rules of one window, in evaluation order (later rules read earlier ones)."""
+    w = {"window": window}
+    rules = [Rule(name, expr, w) for metric, name in _RATES.items() if (expr := _counter(metric, window))]
+    rules.append(Rule("inference:errors:rate",
+                      f"{_counter('errors', window)}\nor on ({BY_TARGET})\n([[inference_requests_per_second]] * 0 "
+                      f"and on (target) {_error_counting_targets()})", w))
+    rules.extend(_http_rules(window))
+    rules.append(Rule("inference_request_error_ratio", _error_ratio("[[inference:errors:rate]]",
+                      "[[inference_requests_per_second]]", "[[inference:http_errors:rate_model]]",
+                      "[[inference:http_requests:rate_model]]", "target, model"), w))
+    rules.append(Rule("inference:generation_tokens:rate_baseline",
+                      _counter("generation_tokens", baseline, f" offset {window}") or "", w))
+    rules.append(Rule("inference_throughput_baseline_ratio", "[[inference_generation_tokens_per_second]] / "
+                      "([[inference:generation_tokens:rate_baseline]] > 0)", w))
+    for histogram in _SUMMARIES:
+        rules.append(Rule(f"inference:{histogram}_bucket:rate", _buckets(histogram, window), w))
+    for histogram, name in _SUMMARIES.items():
+        for q in QUANTILES:
+            # No observations: histogram_quantile gives NaN, the monitor no sample; `>= -Inf` drops NaN.
+            expr = f"histogram_quantile({q!r}, [[inference:{histogram}_bucket:rate]]) >= -Inf"
+            rules.append(Rule(name, expr, {**w, "quantile": repr(q)}))
+    return rules + _fleet_rules(window)
+
+
+def _http_rules(window: str) -> list[Rule]:
+    """HTTP 5xx ratio of the OpenAI API handlers, attributed to a target's model when it serves one."""
+    (sample,) = HTTP_SAMPLES
+    api = f'handler=~"{re.escape(HTTP_API_PREFIX)}.*"'
+    everything = _selector(sample)[:-1] + f", {api}}}"
+    errors = _selector(sample)[:-1] + f', {api}, status=~"5.*"}}'
+    single = ("([[inference_requests_per_second]] * 0 + 1) and on (target) "
+              "(count by (target) ([[inference_requests_per_second]]) == 1)")
+    w = {"window": window}
+    return [
+        Rule("inference:http_requests:rate", f"sum by (target) (rate({everything}[{window}]))", w),
+        Rule("inference:http_errors:rate", f"sum by (target) (rate({errors}[{window}]))\n"
+             "or on (target)\n[[inference:http_requests:rate]] * 0", w),
+        Rule("inference:http_requests:rate_model",
+             f"[[inference:http_requests:rate]] * on (target) group_right () ({single})", w),
+        Rule("inference:http_errors:rate_model",
+             f"[[inference:http_errors:rate]] * on (target) group_right () ({single})", w),
+    ]
+
+
+def _error_ratio(errors: str, requests: str, http_errors: str, http_all: str, by: str) -> str:
+    # The worse of the engine's ratio and the HTTP layer's, never their sum (they overlap).
+    return (f'max by ({by}) (\n  label_replace({errors} / ({requests} > 0), "source", "engine", "", "")\n'
+            f'  or\n  label_replace({http_errors} / ({http_all} > 0), "source", "http", "", "")\n)')
+
+
+def _fleet_rules(window: str) -> list[Rule]:
+    """Fleet-wide: the per-target series summed by model (recorded series carry no `job`).
+
+    `target: ""` in their labels removes nothing they have (an empty label is no label) but tells
+    them apart from the per-target rules of the same name for `promtool check rules`' lint.
+    """
+    w = {"window": window, "target": ""}
+
+    def total(name: str, by: str = "model") -> str:
+        return f"sum by ({by}) ([[{name}]])"
+
+    rules = [Rule(name, total(name), w, fleet=True) for name in _RATES.values()]
+    rules.append(Rule("inference_request_error_ratio", _error_ratio(
+        total("inference:errors:rate"), total("inference_requests_per_second"),
+        total("inference:http_errors:rate_model"), total("inference:http_requests:rate_model"), "model"),
+        w, fleet=True))
+    rules.append(Rule("inference_throughput_baseline_ratio", f"{total('inference_generation_tokens_per_second')}"
+                      f" / ({total('inference:generation_tokens:rate_baseline')} > 0)", w, fleet=True))
+    for histogram, name in _SUMMARIES.items():
+        buckets = total(f"inference:{histogram}_bucket:rate", "model, le")
+        for q in QUANTILES:
+            rules.append(Rule(name, f"histogram_quantile({q!r}, {buckets}) >= -Inf",
+                              {**w, "quantile": repr(q)}, fleet=True))
+    return rules
+
+
+def slo_rules(window: str, objectives: dict[str, float]) -> list[Rule]:
+    """SLO attainment: histogram_fraction over classic buckets needs Prometheus >= 3.4."""
+    rules = []
+    for objective, seconds in objectives.items():
+        labels = {"window": window, "objective": objective}
+        bucket = f"inference:{objective}_bucket:rate"
+        rules.append(Rule("inference_slo_attainment_ratio",
+                          f"histogram_fraction(-Inf, {seconds!r}, [[{bucket}]]) >= -Inf", labels))
+        rules.append(Rule("inference_slo_attainment_ratio",
+                          f"histogram_fraction(-Inf, {seconds!r}, sum by (model, le) ([[{bucket}]])) >= -Inf",
+                          {**labels, "target": ""}, fleet=True))
+    return rules
+
+
+def gauge_rules() -> list[Rule]:
+    rules = [Rule("inference_target_up", 'max by (target) (up{target!=""})')]
+    rules += [Rule(name, _gauge(metric)) for metric, name in _GAUGES.items()]
+    return rules
+
+
+def render(rule: Rule, window: str | None) -> str:
+    """The expression as the rule file holds it: references become selectors of recorded series."""
+    # Recorded series have no `job`: the same names scraped from a monitor (which have one) and the
+    # fleet-wide series (no `target`) stay out.
+    matchers = ", ".join(['job=""', 'target!=""', *([f'window="{window}"'] if window else [])])
+    return _REF.sub(lambda m: f"{m.group(1)}{{{matchers}}}", rule.expr)
+
+
+def expand(rule: Rule, rules: Sequence[Rule]) -> str:
+    """The expression with every reference replaced by the referenced (per-target) rule's own, inline."""
+    per_target = {r.record: r for r in rules if not r.fleet and "quantile" not in r.labels}
+    return _REF.sub(lambda m: f"({expand(per_target[m.group(1)], rules)})", rule.expr)
+
+
+HEADER = """\
+# Generated by `infermon rules recording`: do not edit, regenerate (the tests check it is current).
+# Computes the monitor's service series inside Prometheus from the engines' own metrics. The scrape
+# configuration sets a `target` label on every engine (see deploy/prometheus/prometheus.yml).
+# inference_slo_attainment_ratio needs Prometheus >= 3.4 (histogram_fraction on classic buckets).
+"""
+
+
+def rule_file_text(windows: Sequence[str], baseline: str, objectives: dict[str, float]) -> str:
+    return HEADER + yaml.dump(rule_file(windows, baseline, objectives), Dumper=_BlockDumper, sort_keys=False,
+                              width=1_000_000, allow_unicode=True)
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line expressions as literal blocks (`expr: |`), as people write rule files."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _str)
+
+
+def rule_file(windows: Sequence[str], baseline: str, objectives: dict[str, float]) -> dict[str, Any]:
+    groups: list[dict[str, Any]] = []
+    for window in windows:
+        rules = window_rules(window, baseline) + slo_rules(window, objectives)
+        groups.append({"name": f"inference-service-{window}", "rules": [_entry(r, window) for r in rules]})
+    groups.append({"name": "inference-service-gauges", "rules": [_entry(r, None) for r in gauge_rules()]})
+    return {"groups": groups}
+
+
+def _entry(rule: Rule, window: str | None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"record": rule.record, "expr": render(rule, window)}
+    if rule.labels:
+        entry["labels"] = dict(rule.labels)
+    return entry

@@ -1,0 +1,146 @@
+"""The cost numbers from plain inputs: spend splits, unknown GPUs, zero throughput, expensive requests."""
+
+from __future__ import annotations
+
+import pytest
+
+from monitor.config import load_settings
+from monitor.cost.derive import (
+    CostNumbers,
+    SpendHistory,
+    baseline_ratios,
+    derive_costs,
+    expensive_share,
+    split_by_day,
+)
+from monitor.cost.inventory import InventoryGpu
+from monitor.cost.prices import PriceBook
+from monitor.service.collector import ServiceView, TargetView
+from monitor.service.derive import Objectives, Window, WindowStats
+from monitor.topology import Topology
+
+H100 = "NVIDIA H100 80GB HBM3"
+WINDOWS = [Window("1m", 60.0)]
+
+
+def gpu(node: str, index: int, model: str = H100, utilization: float | None = 0.5) -> InventoryGpu:
+    return InventoryGpu(node, str(index), model, "nvml", True, utilization)
+
+
+def service(**targets: dict[str, WindowStats]) -> ServiceView:
+    view = ServiceView(ts=0.0, windows=WINDOWS, objectives=Objectives())
+    for name, by_model in targets.items():
+        view.targets[name] = TargetView(name, True, "vllm", "v1",
+                                        stats={(model, "1m"): stats for model, stats in by_model.items()})
+    return view
+
+
+def derive(gpus: list[InventoryGpu], targets: list[dict[str, object]], view: ServiceView,
+           models: dict[str, frozenset[str]], **cost: object) -> CostNumbers:
+    settings = load_settings(None, {"cost": cost, "service": {
+        "targets": [{"url": f"http://{t['name']}/metrics", **t} for t in targets]}})
+    topo = Topology(settings.service.targets, "n1").resolve(g.seen() for g in gpus)
+    return derive_costs(gpus, PriceBook(settings.cost), topo, models, view, 2.0)
+
+
+def test_spend_per_target_and_model_and_dollars_per_million_tokens() -> None:
+    gpus = [gpu("n1", i) for i in range(4)]
+    view = service(a=({"llama": WindowStats(generation_tokens_per_second=5200.0, prompt_tokens_per_second=2600.0)}))
+    numbers = derive(gpus, [{"name": "a", "gpus": [0, 1]}], view, {"a": frozenset({"llama"})})
+    assert numbers.usd_per_hour == 4 * 2.5  # the fleet pays for all four
+    assert numbers.by_target == {"a": 5.0}
+    assert numbers.by_model == {"llama": 5.0}
+    assert numbers.per_million[("llama", "1m", "generated")] == pytest.approx(5.0 / 3600 / 5200 * 1e6)
+    assert numbers.per_million[("llama", "1m", "all")] == pytest.approx(5.0 / 3600 / 7800 * 1e6)
+    assert numbers.idle_usd_per_hour == pytest.approx(4 * 2.5 * 0.5)
+    assert numbers.idle_ratio == pytest.approx(0.5)
+
+
+def test_a_shared_gpu_is_split_not_counted_twice() -> None:
+    gpus = [gpu("n1", 0), gpu("n1", 1)]
+    targets = [{"name": "a", "gpus": [0]}, {"name": "b", "gpus": [0, 1]}]
+    numbers = derive(gpus, targets, service(), {})
+    assert numbers.by_target == {"a": 1.25, "b": 1.25 + 2.5}
+    assert sum(numbers.by_target.values()) == numbers.usd_per_hour
+
+
+def test_unknown_gpu_has_no_price_and_its_model_no_spend() -> None:
+    gpus = [gpu("n1", 0), gpu("n1", 1, model="NVIDIA H200")]
+    view = service(a={"llama": WindowStats(generation_tokens_per_second=100.0)})
+    numbers = derive(gpus, [{"name": "a", "gpus": [0, 1]}], view, {"a": frozenset({"llama"})})
+    assert [(c.gpu.gpu, c.quote is None) for c in numbers.gpus] == [("0", False), ("1", True)]
+    assert numbers.usd_per_hour == 2.5  # what is priced; the unpriced GPU is reported, not guessed
+    assert numbers.by_target == {} and numbers.by_model == {} and numbers.per_million == {}
+    assert numbers.idle_usd_per_hour == pytest.approx(1.25)  # over the priced GPU only
+
+
+def test_zero_throughput_gives_no_sample_and_a_down_target_still_costs() -> None:
+    gpus = [gpu("n1", 0), gpu("n1", 1)]
+    targets = [{"name": "a", "gpus": [0]}, {"name": "b", "gpus": [1]}]
+    idle = service(a={"llama": WindowStats(generation_tokens_per_second=0.0, prompt_tokens_per_second=0.0)})
+    numbers = derive(gpus, targets, idle, {"a": frozenset({"llama"})})
+    assert numbers.by_model == {"llama": 2.5}
+    assert numbers.per_million == {}  # never infinity
+    # b is down (no stats) but served llama before: its GPU costs, it produces nothing.
+    busy = service(a={"llama": WindowStats(generation_tokens_per_second=1000.0, prompt_tokens_per_second=0.0)})
+    numbers = derive(gpus, targets, busy, {"a": frozenset({"llama"}), "b": frozenset({"llama"})})
+    assert numbers.per_million[("llama", "1m", "generated")] == pytest.approx(5.0 / 3600 / 1000 * 1e6)
+
+
+def test_static_gpus_are_paid_for_but_have_no_idle_reading() -> None:
+    static = InventoryGpu("rack-3", "0", "NVIDIA H200", "static", None, None)
+    numbers = derive([static], [], service(), {}, gpu_prices={"H200": {"usd_per_hour": 3.5}})
+    assert numbers.usd_per_hour == 3.5
+    assert numbers.idle_usd_per_hour is None and numbers.idle_ratio is None
+
+
+def test_expensive_share_against_the_baseline_p99() -> None:
+    # Baseline: 100 requests, all at most 1000 prompt tokens, 99 of them at most 500: P99 = 500.
+    baseline = {100.0: 50.0, 500.0: 99.0, 1000.0: 100.0, float("inf"): 100.0}
+    # Window: 10 requests, 3 of them between 1000 and 5000 tokens (beyond 2 x 500 = 1000).
+    window = {100.0: 5.0, 500.0: 7.0, 1000.0: 7.0, 5000.0: 10.0, float("inf"): 10.0}
+    stats = WindowStats(lengths={"prompt_len": window}, baseline_lengths={"prompt_len": baseline})
+    found = expensive_share(stats, "prompt", 2.0)
+    assert found is not None
+    assert found.baseline_p99_tokens == pytest.approx(500.0)
+    assert found.threshold_tokens == pytest.approx(1000.0)
+    assert found.ratio == pytest.approx(0.3)
+    assert expensive_share(stats, "generated", 2.0) is None  # no generation-length histogram
+    empty = WindowStats(lengths={"prompt_len": {100.0: 0.0, float("inf"): 0.0}},
+                        baseline_lengths={"prompt_len": baseline})
+    assert expensive_share(empty, "prompt", 2.0) is None  # no request in the window: no share
+
+
+def test_per_token_baseline_ratio_from_the_spend_history() -> None:
+    history = SpendHistory(keep_seconds=3600 + 60)
+    for ts in range(0, 600, 15):  # ten minutes at 1000 tokens/s on $5/h
+        history.add(float(ts), CostNumbers(by_model={"m": 5.0}, throughput={("m", "1m"): (1000.0, 1000.0)}))
+    now = CostNumbers(by_model={"m": 5.0}, throughput={("m", "1m"): (500.0, 500.0)},
+                      per_million={("m", "1m", "generated"): 5.0 / 3600 / 500 * 1e6})
+    ratios = baseline_ratios(now, history, 660.0, {"1m": 60.0}, 600.0)
+    assert ratios == {("m", "1m"): pytest.approx(2.0)}  # half the tokens for the same money
+
+
+def test_split_by_day_cuts_at_local_midnight() -> None:
+    from zoneinfo import ZoneInfo
+
+    shanghai = ZoneInfo("Asia/Shanghai")  # UTC+8: local midnight is 16:00 UTC
+    start = 1_767_282_000.0  # 2026-01-01 15:40:00 UTC = 23:40 in Shanghai
+    assert split_by_day(start, start + 3600, shanghai) == [("2026-01-01", 1200.0), ("2026-01-02", 2400.0)]
+    assert split_by_day(start, start + 3600, ZoneInfo("UTC")) == [("2026-01-01", 3600.0)]
+
+
+def test_fleet_sums_request_length_buckets_on_shared_bounds_for_window_and_baseline() -> None:
+    from monitor.service.derive import Rates, fleet_rates, stats_from_rates
+
+    inf = float("inf")
+    a = Rates(buckets={"prompt_len": {100.0: 1.0, 500.0: 2.0, inf: 2.0}},
+              baseline_buckets={"prompt_len": {100.0: 3.0, 500.0: 4.0, inf: 4.0}})
+    b = Rates(buckets={"prompt_len": {100.0: 1.0, 200.0: 1.5, 500.0: 2.0, inf: 2.0}},
+              baseline_buckets={"prompt_len": {100.0: 1.0, 250.0: 1.0, 500.0: 1.0, inf: 1.0}})
+    fleet = fleet_rates([{"m": a}, {"m": b}])["m"]
+    assert fleet.buckets == {"prompt_len": {100.0: 2.0, 500.0: 4.0, inf: 4.0}}
+    assert fleet.baseline_buckets == {"prompt_len": {100.0: 4.0, 500.0: 5.0, inf: 5.0}}
+    stats = stats_from_rates(fleet, Objectives())
+    assert stats.lengths == fleet.buckets and stats.baseline_lengths == fleet.baseline_buckets
+    assert "prompt_len" not in stats.quantiles  # lengths are not exported as summaries
