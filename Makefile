@@ -32,6 +32,7 @@ bench: $(STAMP) tools
 	$(PY) -m bench.service_scrape
 	$(PY) -m bench.memory_serve
 	$(PY) -m bench.infra_collect
+	$(PY) -m bench.quality_judge
 	$(PY) -m bench.cost_tick
 	$(PY) -m bench.alert_latency
 	$(PY) -m bench.alert_delivery

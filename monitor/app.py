@@ -27,6 +27,7 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         scheduler = AsyncIOScheduler(timezone=UTC)
+        app.state.scheduler = scheduler
         _on_sighup(monitor)
         if schedule:
             for job in monitor.jobs:
@@ -55,6 +56,10 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     async def readyz() -> Response:
         ready = monitor.ready
         return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
+
+    from monitor.quality.api import quality_router
+
+    app.include_router(quality_router(monitor))
 
     @app.get("/api/v1/status")
     async def status() -> dict[str, object]:
@@ -89,6 +94,16 @@ def _add_job(scheduler: AsyncIOScheduler, monitor: Monitor, job: Job) -> None:
             # Shutdown cancels a run in flight; that is not a job failure worth a traceback.
             log.debug("job %s cancelled", job.name)
 
+    if job.cron is not None:
+        from zoneinfo import ZoneInfo
+
+        from apscheduler.triggers.cron import CronTrigger
+
+        trigger = CronTrigger.from_crontab(job.cron, timezone=ZoneInfo(job.timezone))
+        # A run missed while the process was down or busy still happens, once, within an hour.
+        scheduler.add_job(run, trigger, id=job.name, name=job.name, max_instances=1, coalesce=True,
+                          misfire_grace_time=3600)
+        return
     scheduler.add_job(
         run,
         "interval",

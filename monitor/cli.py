@@ -117,6 +117,11 @@ def _check_rules(settings: Settings) -> None:
         typer.echo(f"  left to Prometheus: {left.rule} ({left.file}, group {left.group}): {left.reason}")
 
 
+from monitor.quality.cli import register as _register_quality  # noqa: E402  (after _settings)
+
+_register_quality(app, _settings)
+
+
 rules = typer.Typer(help="Prometheus rule files generated from the engine tables.", no_args_is_help=True)
 app.add_typer(rules, name="rules")
 

@@ -10,7 +10,7 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 import yaml
@@ -277,7 +277,7 @@ def _read_secret_env(variable: str, key: str) -> str:
     return value
 
 
-SHIPPED_RULE_FILES = ("infra", "service", "monitor", "cost", "canary")
+SHIPPED_RULE_FILES = ("infra", "service", "monitor", "cost", "canary", "quality")
 
 
 class AlertingSettings(_Section):
@@ -360,6 +360,115 @@ class CostSettings(_Section):
         return self
 
 
+class RequestLogSource(_Section):
+    """Samples posted to POST /api/v1/samples, kept in the store for `retention`."""
+
+    type: Literal["requestlog"]
+    retention: Duration = Field(Duration("30d"), description="Stored samples older than this are pruned")
+
+
+class JsonlSource(_Section):
+    """Files of sample objects, one a line (the request-log shape)."""
+
+    type: Literal["jsonl"]
+    paths: list[Path] = Field(min_length=1, description="JSONL files (globs allowed)")
+
+
+class LangfuseSource(_Section):
+    """Generations of the day from Langfuse's public API; scores written back."""
+
+    type: Literal["langfuse"]
+    host: str = Field("https://cloud.langfuse.com", description="Langfuse base URL")
+    public_key_env: str = Field("LANGFUSE_PUBLIC_KEY", description="Environment variable holding the public key")
+    secret_key_env: str = Field("LANGFUSE_SECRET_KEY", description="Environment variable holding the secret key")
+    write_scores: bool = Field(True, description="Write the judge's scores back to the traces")
+    page_size: int = Field(100, ge=1, le=1000)
+    timeout: Duration = Field(Duration("30s"))
+
+
+SampleSource = Annotated[RequestLogSource | JsonlSource | LangfuseSource, Field(discriminator="type")]
+
+
+class JudgeSettings(_Section):
+    base_url: str = Field("https://api.openai.com/v1", description="Any OpenAI-compatible Chat Completions endpoint")
+    model: str = "gpt-5"
+    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key")
+    concurrency: int = Field(8, ge=1, le=256, description="Judge calls in flight at once")
+    timeout: Duration = Field(Duration("60s"), description="Deadline of one judge call")
+    max_retries: int = Field(4, ge=0, le=20, description="Retries on 429, 5xx and timeouts (exponential backoff)")
+    structured_output: bool = Field(True, description="Ask for the JSON schema (else: the fallback parser)")
+    usd_per_million_input_tokens: float = Field(1.25, ge=0)
+    usd_per_million_output_tokens: float = Field(10.0, ge=0)
+
+
+class CustomPattern(_Section):
+    name: str = Field(min_length=1)
+    pattern: str
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+
+def _default_sources() -> list[RequestLogSource | JsonlSource | LangfuseSource]:
+    return [RequestLogSource(type="requestlog")]
+
+
+def _default_redact() -> list[str | CustomPattern]:
+    return ["email", "phone", "id_number", "api_key"]
+
+
+class QualitySettings(_Section):
+    enabled: bool = Field(True, description="Schedule the daily run in `infermon serve`")
+    schedule: str = Field("0 2 * * *", description="Cron expression of the daily run (for the previous day)")
+    timezone: str = Field("UTC", description="Time zone of the schedule and of a run's day")
+    sample_size: int = Field(100, ge=1, le=100_000)
+    baseline_days: int = Field(7, ge=1, le=365)
+    sources: list[SampleSource] = Field(default_factory=lambda: _default_sources())
+    judge: JudgeSettings = Field(default_factory=JudgeSettings)
+    redact: list[str | CustomPattern] = Field(default_factory=lambda: _default_redact())
+    refresh_interval: Duration = Field(Duration("30s"), description="How often serve re-reads the latest stored runs")
+    max_body_bytes: int = Field(4_000_000, gt=0, description="Largest POST /api/v1/samples body")
+    max_text_chars: int = Field(100_000, gt=0, description="Longest prompt, response, context or reference")
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone: {value!r}") from None
+        return value
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        from apscheduler.triggers.cron import CronTrigger
+
+        try:
+            CronTrigger.from_crontab(value)
+        except ValueError as exc:
+            raise ValueError(f"not a cron expression: {exc}") from None
+        return value
+
+    @field_validator("redact")
+    @classmethod
+    def _known_patterns(cls, value: list[str | CustomPattern]) -> list[str | CustomPattern]:
+        from monitor.quality.redact import BUILTIN_PATTERNS
+
+        unknown = [v for v in value if isinstance(v, str) and v not in BUILTIN_PATTERNS]
+        if unknown:
+            raise ValueError(f"unknown patterns {unknown} (known: {sorted(BUILTIN_PATTERNS)}, or {{name, pattern}})")
+        return value
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="INFERMON_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
@@ -378,6 +487,7 @@ class Settings(BaseSettings):
         check_canary_references(self.canary, self.service)
         return self
     cost: CostSettings = Field(default_factory=CostSettings)
+    quality: QualitySettings = Field(default_factory=QualitySettings)
 
     @classmethod
     def settings_customise_sources(

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from monitor.runtime import Monitor
 from monitor.sim.engine import DEFAULT_MODEL, SimulatedEngine
 from monitor.sim.faults import demo_schedule
 from monitor.sim.load import LoadConfig, run_load
+from monitor.sim.quality_feed import feed_request_log, serve_judge, simulated_history
 from monitor.sim.server import serve
 
 log = logging.getLogger("monitor.demo")
@@ -78,10 +80,15 @@ async def run_demo(port: int = 9480, duration: float | None = None) -> None:
         asyncio.create_task(serve(sim, port=sim_port, started=started), name="simulator")
     ]
     await started.wait()
-    settings = demo_settings(sim_url, port)
-    server = uvicorn.Server(uvicorn.Config(create_app(Monitor(settings)), host="127.0.0.1", port=port,
+    judge_port, judge_started = _free_port(), asyncio.Event()
+    tasks.append(asyncio.create_task(serve_judge(judge_port, judge_started), name="judge-simulator"))
+    await judge_started.wait()
+    settings = demo_settings(sim_url, port, extra={"quality": demo_quality(judge_port)})
+    monitor = Monitor(settings)
+    server = uvicorn.Server(uvicorn.Config(create_app(monitor), host="127.0.0.1", port=port,
                                            log_level="warning", log_config=None, access_log=False))
     tasks.append(asyncio.create_task(server.serve(), name="monitor"))
+    tasks.append(asyncio.create_task(quality_scenario(monitor, sim, sim_url, server, port), name="quality"))
     load = LoadConfig(rps=DEMO_RPS, duration_s=duration if duration is not None else 7 * 86400.0,
                       max_tokens=(32, 256), drain_timeout_s=5.0)
     tasks.append(asyncio.create_task(run_load(sim_url, load), name="load"))
@@ -120,8 +127,48 @@ inference-monitor demo (the engine is a SIMULATOR of a vLLM server, driven at {D
   status    http://127.0.0.1:{port}/api/v1/status
   simulator {sim_url}/metrics   (OpenAI API at {sim_url}/v1)
   GPU       a replayed NVML recording of a real H200 (inference_gpu_*)
+  quality   a SIMULATED judge scores the simulator's answers (request log); within the first
+            minute: inference_quality_* and http://127.0.0.1:{port}/reports/quality/<today>
   canary    one streamed chat every 15 s through the simulator's API (inference_canary_*)
   cost      http://127.0.0.1:{port}/api/v1/cost   (H200 at a demo $3.5/h, static Ascend + RTX 4090 fleets)
 Numbers appear within ~15 s; faults (latency spike, error burst, slow decode, KV pressure)
 cycle every 10 minutes. Ctrl-C stops.
 """, flush=True)
+
+
+DEMO_SAMPLES = 100
+DEMO_HISTORY_PER_DAY = 30  # a week of 30 a day: enough for the baseline, few judge calls at start-up
+
+
+def demo_quality(judge_port: int) -> dict[str, Any]:
+    """The quality layer against the judge simulator: 100 samples a day, a week of baseline."""
+    return {
+        "sample_size": DEMO_SAMPLES, "refresh_interval": "5s",
+        "judge": {"base_url": f"http://127.0.0.1:{judge_port}/v1", "model": "judge-simulator", "concurrency": 16,
+                  "api_key_env": "INFERMON_DEMO_JUDGE_KEY"},
+    }
+
+
+async def quality_scenario(monitor: Monitor, sim: SimulatedEngine, sim_url: str, server: uvicorn.Server,
+                           port: int) -> None:
+    """History for the baseline, today's answers through the request log, then today's run."""
+    from monitor.quality.sampling import today
+
+    quality = monitor.quality
+    zone = quality.settings.timezone
+    day = today(monitor.wall(), zone)
+    baseline = quality.settings.baseline_days
+    quality.store.add_samples(simulated_history(sim.model_name, day, baseline, DEMO_HISTORY_PER_DAY, zone))
+
+    async def judge_history() -> None:
+        for back in range(baseline, 0, -1):
+            await quality.runner().run((datetime.fromisoformat(day) - timedelta(days=back)).date().isoformat())
+
+    while not server.started:
+        await asyncio.sleep(0.1)
+    # The simulator takes its time to decode; the history is judged meanwhile.
+    stored, _ = await asyncio.gather(feed_request_log(sim_url, f"http://127.0.0.1:{port}", DEMO_SAMPLES),
+                                     judge_history())
+    log.info("quality demo: %d simulator answers in the request log; judging them", stored)
+    await quality.run(day, force=True)
+    log.info("quality demo: run done, see http://127.0.0.1:%d/reports/quality/%s", port, day)

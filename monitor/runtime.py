@@ -31,8 +31,11 @@ from monitor.exporter import Renderer, TextWriter, make_registry, render_health,
 from monitor.health import HealthBook
 from monitor.infra.collector import InfraCollector, import_pynvml
 from monitor.infra.render import render_infra
+from monitor.quality.layer import QualityLayer
+from monitor.quality.render import render_quality
 from monitor.service.collector import ServiceCollector
 from monitor.service.render import render_objectives, render_service
+from monitor.store.quality import QualityStore
 from monitor.store.session import Store
 
 log = logging.getLogger("monitor.runtime")
@@ -65,6 +68,8 @@ class Job:
     interval_seconds: float
     run: Callable[[], Awaitable[Any]]
     ran: bool = False
+    cron: str | None = None  # a cron job (in `timezone`) instead of an interval; not part of readiness
+    timezone: str = "UTC"
 
 
 class Monitor:
@@ -96,6 +101,13 @@ class Monitor:
         self.infra = InfraCollector(settings.infra, self.client, self.health, wall, load_nvml)
         self.jobs.append(Job("infra", settings.infra.interval.seconds, self.infra.collect))
         self.jobs.append(Job("retention", 3600.0, self.prune))
+        # quality: the daily judge run (cron), and the view of the latest stored runs
+        self.quality = QualityLayer(settings.quality, QualityStore(self.store.engine), self.health, wall)
+        self.jobs.append(Job("quality_refresh", settings.quality.refresh_interval.seconds, self.quality.refresh))
+        self.jobs.append(Job("quality_retention", 3600.0, self.quality.prune))
+        if settings.quality.enabled:
+            self.jobs.append(Job("quality_run", 86400.0, self.quality.run, cron=settings.quality.schedule,
+                                 timezone=settings.quality.timezone))
         # canary: synthetic users through the OpenAI-compatible API; the job only dispatches due probes
         self.canary = CanaryCollector(settings.canary, self.health, wall, service_view=lambda: self.service.view)
         if settings.canary.probes:
@@ -112,6 +124,7 @@ class Monitor:
             lambda: [render_objectives(self.service.view)],
             lambda: render_infra(self.infra.view),
             lambda: render_health(self.health),
+            lambda: render_quality(self.quality.view, wall()),
             lambda: render_reload(self.reloads),
             lambda: render_canary(self.canary),
             lambda: render_cost(self.cost.view),
@@ -139,14 +152,15 @@ class Monitor:
 
     async def run_once(self) -> None:
         for job in self.jobs:
-            await self.run_job(job)
+            if job.cron is None:  # a daily run is not part of one collection cycle
+                await self.run_job(job)
 
     def metrics_text(self) -> bytes:
         return render_text(self.registry, self.writer)
 
     @property
     def ready(self) -> bool:
-        return all(job.ran for job in self.jobs)
+        return all(job.ran for job in self.jobs if job.cron is None)
 
     def status(self) -> dict[str, Any]:
         return {
@@ -163,6 +177,7 @@ class Monitor:
                     "file_sd": self.service.discovery.status() if self.service.discovery else None,
                 },
                 "infra": self.infra.status(),
+                "quality": self.quality.status(),
                 "canary": self.canary.status(),
                 "cost": self.cost.status(),
             },

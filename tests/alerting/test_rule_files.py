@@ -28,6 +28,8 @@ EXPECTED_RULES = {
     "CostBudget80", "CostBudgetExceeded", "CostIdleSpendHigh", "CostPerTokenJump", "CostExpensiveRequests",
     "CostGpuUnpriced", "InferenceCanaryFailing", "InferenceCanaryTTFTHigh", "InferenceCanaryTTFTGapHigh",
 }
+EXPECTED_RULES |= {rule["alert"] for group in yaml.safe_load((SHIPPED_DIR / "quality.yml").read_text())["groups"]
+                   for rule in group["rules"]}  # the quality layer's, named in alerts/quality.yml
 
 
 def test_shipped_rules_load_inside_the_subset() -> None:

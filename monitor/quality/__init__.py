@@ -1,0 +1,1 @@
+"""The quality layer: a daily LLM-judge run over sampled responses, refusals, length drift."""

@@ -1,0 +1,172 @@
+"""Pure checks on one day's judgments: refusals, output length against the baseline, scores.
+
+Plain values in, plain values out; the run orchestration feeds them from the store.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+# The screen catches the stock phrasings; the judge's flag catches the rest.
+REFUSAL_PATTERNS = [
+    r"\bI'?m sorry,? but I (?:can(?:no|')t|won'?t|am unable)",
+    r"\bI (?:can(?:no|')t|won'?t|am unable to|am not able to) (?:help|assist|provide|comply|do that)",
+    r"\bI'?m (?:not able|unable) to (?:help|assist|provide|comply)",
+    r"\bAs an AI(?: language model)?\b",
+    r"抱歉[^。！？\n]{0,30}(?:无法|不能)",
+    r"我无法",
+    r"我不能(?:提供|帮助|协助|回答)",
+    r"作为一个?(?:AI|人工智能)",
+]
+_REFUSAL = re.compile("|".join(f"(?:{p})" for p in REFUSAL_PATTERNS), re.IGNORECASE)
+
+# Without a token count, the length is estimated: ~4 characters a token for Latin text
+# (OpenAI's rule of thumb), ~1 token per CJK character (Qwen/Llama tokenizers: 0.6-1.5).
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
+
+
+def refusal_keyword(response: str) -> bool:
+    return _REFUSAL.search(response) is not None
+
+
+def estimate_tokens(text: str) -> int:
+    cjk = len(_CJK.findall(text))
+    return max(1, cjk + math.ceil((len(text) - cjk) / 4)) if text else 0
+
+
+def wilson_interval(successes: int, trials: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson score interval (95 % by default) of a binomial proportion; (0, 1) without trials."""
+    if trials == 0:
+        return 0.0, 1.0
+    p = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def psi(baseline: Sequence[float], current: Sequence[float], bins: int = 10, smoothing: float = 0.5) -> float | None:
+    """Population stability index, bins cut at the baseline's deciles (None without data).
+
+    Repeated quantiles (discrete lengths) collapse into fewer bins. Each bin gets `smoothing`
+    extra counts (additive smoothing): with ~100 samples a day a bin can be empty by chance, and
+    a fixed tiny floor (1e-4) would then add ~0.7 to the index for nothing but sampling noise.
+    """
+    if len(baseline) == 0 or len(current) == 0:
+        return None
+    base = np.asarray(baseline, dtype=float)
+    cur = np.asarray(current, dtype=float)
+    edges = np.unique(np.quantile(base, np.linspace(0, 1, bins + 1)[1:-1]))
+    # Bin i holds values in (edges[i-1], edges[i]]: right=True puts a value equal to an edge left of it.
+    base_share = _smoothed_shares(np.searchsorted(edges, base, side="left"), len(edges) + 1, smoothing)
+    cur_share = _smoothed_shares(np.searchsorted(edges, cur, side="left"), len(edges) + 1, smoothing)
+    return float(np.sum((cur_share - base_share) * np.log(cur_share / base_share)))
+
+
+def _smoothed_shares(bin_index: Any, bins: int, smoothing: float) -> Any:
+    counts = np.bincount(bin_index, minlength=bins) + smoothing
+    return counts / counts.sum()
+
+
+def ks_pvalue(baseline: Sequence[float], current: Sequence[float]) -> float | None:
+    if len(baseline) == 0 or len(current) == 0:
+        return None
+    return float(stats.ks_2samp(baseline, current).pvalue)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One judgment as the checks see it."""
+
+    score: int | None
+    refusal: bool | None  # the judge's flag
+    refusal_keyword: bool
+    hallucination: bool | None
+    error: str | None
+    length_tokens: int
+    cost_usd: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+def summarise(judged: Sequence[Judged], baseline_lengths: Sequence[int], baseline: dict[str, float | None],
+              available: int, sample_size: int) -> dict[str, Any]:
+    """The run's numbers for one model (the API's per-model object, stored with the run).
+
+    `baseline`: score_mean and refusal_ratio averaged over the baseline days' runs.
+    """
+    scored = [j for j in judged if j.error is None and j.score is not None]
+    lengths = [j.length_tokens for j in judged]
+    refusals = sum(1 for j in judged if j.refusal_keyword or bool(j.refusal))
+    hallucinations = sum(1 for j in scored if j.hallucination)
+    score_mean = sum(j.score for j in scored if j.score is not None) / len(scored) if scored else None
+    refusal_ratio = refusals / len(judged) if judged else None
+    low, high = wilson_interval(refusals, len(judged))
+    base_mean_len = float(np.mean(baseline_lengths)) if len(baseline_lengths) else None
+    mean_len = float(np.mean(lengths)) if lengths else None
+    return {
+        "samples": len(scored),
+        "sampled": len(judged),
+        "available": available,
+        "sample_size": sample_size,
+        "short_of_sample_size": max(0, sample_size - available),
+        "score_mean": score_mean,
+        "score_histogram": {str(s): sum(1 for j in scored if j.score == s) for s in range(1, 6)},
+        "refusals": refusals,
+        "refusal_ratio": refusal_ratio,
+        "refusal_ratio_ci95": [low, high] if judged else None,
+        "refusals_by_keyword": sum(1 for j in judged if j.refusal_keyword),
+        "refusals_by_judge": sum(1 for j in judged if j.refusal),
+        "hallucination_ratio": hallucinations / len(scored) if scored else None,
+        "output_tokens": _length_stats(lengths),
+        "baseline_output_tokens": _length_stats(list(baseline_lengths)),
+        "output_length_mean_change_ratio": (
+            (mean_len - base_mean_len) / base_mean_len if mean_len is not None and base_mean_len else None
+        ),
+        "psi": psi(baseline_lengths, lengths),
+        "ks_pvalue": ks_pvalue(baseline_lengths, lengths),
+        "baseline_score_mean": baseline.get("score_mean"),
+        "score_baseline_delta": (
+            score_mean - b if score_mean is not None and (b := baseline.get("score_mean")) is not None else None
+        ),
+        "baseline_refusal_ratio": baseline.get("refusal_ratio"),
+        # JSON has no infinity: a first refusal after a baseline of none is null here, +Inf in /metrics.
+        "refusal_baseline_ratio": _finite(refusal_baseline_ratio(refusal_ratio, baseline.get("refusal_ratio"))),
+        "judge_errors": sum(1 for j in judged if j.error is not None),
+        "judge_input_tokens": sum(j.input_tokens for j in judged),
+        "judge_output_tokens": sum(j.output_tokens for j in judged),
+        "judge_cost_usd": sum(j.cost_usd for j in judged),
+    }
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def refusal_baseline_ratio(value: float | None, base: float | None) -> float | None:
+    """value / base; +inf when the baseline had none and today has some (a doubling of zero)."""
+    if value is None or base is None:
+        return None
+    if base == 0:
+        return math.inf if value > 0 else 1.0
+    return value / base
+
+
+def _length_stats(lengths: list[int]) -> dict[str, float] | None:
+    if not lengths:
+        return None
+    values = np.asarray(lengths, dtype=float)
+    return {
+        "count": len(lengths),
+        "sum": float(values.sum()),
+        "mean": float(values.mean()),
+        "p50": float(np.quantile(values, 0.5)),
+        "p95": float(np.quantile(values, 0.95)),
+    }

@@ -1,0 +1,248 @@
+"""The LLM judge: one Chat Completions call per sample through the `openai` SDK.
+
+Any OpenAI-compatible server works (OpenAI, vLLM, SGLang, Ollama, gateways). The rubric is a
+template file (`monitor/data/judge_rubric.md`, Prometheus-eval style). Structured output is
+asked for with a JSON schema; a server that rejects `response_format` is asked again without it
+(and not asked with it again), and answers are read by a tolerant parser either way.
+Retries with exponential backoff on 429 (honouring Retry-After), 5xx, timeouts and broken
+connections; a sample whose judgement still fails is a judge error with its cause, never a score.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+from typing import Any
+
+import openai
+from openai import AsyncOpenAI
+
+from monitor.config import JudgeSettings
+from monitor.store.quality import Verdict
+
+log = logging.getLogger("monitor.quality.judge")
+
+RUBRIC = Template((Path(__file__).parent.parent / "data" / "judge_rubric.md").read_text())
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "score": {"type": "integer", "minimum": 1, "maximum": 5},
+        "refusal": {"type": "boolean"},
+        "hallucination": {"type": "boolean"},
+        "reason": {"type": "string"},
+    },
+    "required": ["score", "refusal", "hallucination", "reason"],
+    "additionalProperties": False,
+}
+RESPONSE_FORMAT: dict[str, Any] = {
+    "type": "json_schema",
+    "json_schema": {"name": "judgement", "strict": True, "schema": SCHEMA},
+}
+MAX_RETRY_AFTER_S = 120.0
+
+
+@dataclass(frozen=True)
+class JudgeInput:
+    prompt: str
+    response: str
+    context: str | None = None
+    reference: str | None = None
+
+
+class UnparseableAnswer(ValueError):
+    pass
+
+
+def build_prompt(item: JudgeInput) -> str:
+    grounded = item.context or item.reference
+    rule = (
+        "the response states something that the retrieved context or the reference answer contradicts or does not "
+        "support." if grounded else "the response makes factual claims that are false or unsupported (invented "
+        "facts, citations, numbers or names)."
+    )
+    return RUBRIC.substitute(
+        prompt=item.prompt, response=item.response, context=item.context or "(none)",
+        reference=item.reference or "(none)", hallucination_rule=rule,
+    )
+
+
+class Judge:
+    def __init__(
+        self,
+        settings: JudgeSettings,
+        api_key: str,
+        *,
+        backoff_s: float = 0.5,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.settings = settings
+        self.client = AsyncOpenAI(
+            api_key=api_key, base_url=settings.base_url, timeout=settings.timeout.seconds, max_retries=0
+        )
+        self.structured = settings.structured_output
+        # Reasoning models (gpt-5, o-series) accept only their default temperature: asked once, then left out.
+        self.temperature: float | None = 0.0
+        self.backoff_s = backoff_s
+        self.sleep = sleep
+        self.calls = 0  # HTTP calls made (a benchmark and the tests read it)
+
+    async def judge(self, item: JudgeInput) -> Verdict:
+        usage = [0, 0]
+        attempts = 0
+        parse_failures = 0
+        last_error = "no attempt"
+        while attempts <= self.settings.max_retries:
+            attempts += 1
+            try:
+                content = await self._call(build_prompt(item), usage)
+                score, refusal, hallucination, reason = parse_answer(content)
+                return self._verdict(score, refusal, hallucination, reason, None, attempts, usage)
+            except UnparseableAnswer as exc:
+                last_error = f"unparseable judge answer: {exc}"
+                parse_failures += 1
+                if parse_failures > 1:  # temperature 0: a third try would say the same
+                    break
+                continue
+            except openai.BadRequestError as exc:
+                if self.structured and _mentions_response_format(exc):
+                    log.warning("judge %s rejects structured output; using the fallback parser", self.settings.model)
+                    self.structured = False
+                    attempts -= 1
+                    continue
+                if self.temperature is not None and "temperature" in _message(exc).lower():
+                    log.warning("judge %s rejects temperature 0; using its default", self.settings.model)
+                    self.temperature = None
+                    attempts -= 1
+                    continue
+                last_error = f"HTTP 400: {_message(exc)}"
+                break
+            except openai.APIStatusError as exc:
+                last_error = f"HTTP {exc.status_code}: {_message(exc)}"
+                if exc.status_code != 429 and exc.status_code < 500:
+                    break  # 401, 403, 404: retrying will not help
+                wait = _retry_after(exc) if exc.status_code == 429 else None
+            except openai.APITimeoutError:
+                last_error = f"timed out after {self.settings.timeout.seconds:g}s"
+                wait = None
+            except openai.APIConnectionError as exc:
+                last_error = f"connection failed: {exc.__cause__ or exc}"
+                wait = None
+            if attempts <= self.settings.max_retries:
+                await self.sleep(wait if wait is not None else self._backoff(attempts))
+        return self._verdict(None, None, None, None, last_error, attempts, usage)
+
+    async def _call(self, prompt: str, usage: list[int]) -> str:
+        extra: dict[str, Any] = {"response_format": RESPONSE_FORMAT} if self.structured else {}
+        if self.temperature is not None:
+            extra["temperature"] = self.temperature
+        self.calls += 1
+        completion = await self.client.chat.completions.create(
+            model=self.settings.model, messages=[{"role": "user", "content": prompt}], **extra
+        )
+        if completion.usage is not None:
+            usage[0] += completion.usage.prompt_tokens
+            usage[1] += completion.usage.completion_tokens
+        if not completion.choices:
+            raise UnparseableAnswer("no choices in the answer")
+        return completion.choices[0].message.content or ""
+
+    def _backoff(self, attempt: int) -> float:
+        return float(min(30.0, self.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random() / 2))
+
+    def _verdict(self, score: int | None, refusal: bool | None, hallucination: bool | None, reason: str | None,
+                 error: str | None, attempts: int, usage: list[int]) -> Verdict:
+        cost = (usage[0] * self.settings.usd_per_million_input_tokens
+                + usage[1] * self.settings.usd_per_million_output_tokens) / 1e6
+        return Verdict(score, refusal, hallucination, reason, error, attempts, usage[0], usage[1], cost)
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+
+def parse_answer(content: str) -> tuple[int, bool, bool, str]:
+    """(score, refusal, hallucination, reason) from JSON, fenced JSON, or `Score: 4`-style text."""
+    data = _json_object(content)
+    if data is None:
+        if "{" in content:  # broken JSON (truncated, unbalanced): half an answer is not an answer
+            raise UnparseableAnswer(f"malformed JSON: {content[:120]!r}")
+        data = _key_values(content)
+    score = _score(data.get("score"))
+    if score is None:
+        raise UnparseableAnswer(repr(content[:120]))
+    return (score, _flag(data.get("refusal")), _flag(data.get("hallucination")),
+            str(data.get("reason") or "").strip()[:2000])
+
+
+def _json_object(content: str) -> dict[str, Any] | None:
+    text = content.strip()
+    candidates = [text]
+    match = re.search(r"\{.*\}", text, re.DOTALL)
+    if match:
+        candidates.append(match.group(0))
+    for candidate in candidates:
+        try:
+            data = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            return {str(k).lower(): v for k, v in data.items()}
+    return None
+
+
+def _key_values(content: str) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    score = re.search(r"score\W{0,5}([1-5])(?![\d.])", content, re.IGNORECASE) or re.search(
+        r"\[RESULT\]\s*([1-5])", content)
+    if score:
+        data["score"] = score.group(1)
+    for flag in ("refusal", "hallucination"):
+        match = re.search(rf"{flag}\W{{0,5}}(true|false|yes|no)", content, re.IGNORECASE)
+        if match:
+            data[flag] = match.group(1)
+    reason = re.search(r"reason\W{0,5}(.+)", content, re.IGNORECASE)
+    data["reason"] = reason.group(1).strip().strip('"') if reason else content.strip()[:500]
+    return data
+
+
+def _score(value: Any) -> int | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if number.is_integer() and 1 <= number <= 5 else None
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "1")
+    return bool(value)
+
+
+def _retry_after(exc: openai.APIStatusError) -> float | None:
+    header = exc.response.headers.get("retry-after")
+    try:
+        return min(MAX_RETRY_AFTER_S, max(0.0, float(header))) if header is not None else None
+    except ValueError:
+        return None  # an HTTP date: use our own backoff
+
+
+def _mentions_response_format(exc: openai.BadRequestError) -> bool:
+    text = _message(exc).lower()
+    return "response_format" in text or "json_schema" in text or "structured" in text
+
+
+def _message(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])[:300]
+    return str(exc.message)[:300]

@@ -1,0 +1,71 @@
+"""Quality view -> metric families (per model, from each model's newest finished run).
+
+Values a rule file compares against a baseline are exported as their own gauges (the alert
+subset has no arithmetic between series): score minus baseline, refusal ratio over baseline,
+relative change of the mean length, and the age of the last run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from prometheus_client.core import Metric
+
+from monitor.catalog import family
+from monitor.quality.checks import refusal_baseline_ratio
+from monitor.quality.layer import QualityView
+
+# metric -> key in a run's summary (see checks.summarise)
+_GAUGES = {
+    "inference_quality_score_mean": "score_mean",
+    "inference_quality_samples": "samples",
+    "inference_quality_refusal_ratio": "refusal_ratio",
+    "inference_quality_hallucination_ratio": "hallucination_ratio",
+    "inference_quality_output_length_psi": "psi",
+    "inference_quality_output_length_ks_pvalue": "ks_pvalue",
+    "inference_quality_output_length_mean_change_ratio": "output_length_mean_change_ratio",
+    "inference_quality_score_baseline_delta": "score_baseline_delta",
+    "inference_quality_judge_errors": "judge_errors",
+}
+
+
+def render_quality(view: QualityView, now: float) -> Iterator[Metric]:
+    if not view.latest:
+        return  # no run stored yet: no series at all (not zeros)
+    families = {name: family(name) for name in _GAUGES}
+    refusal_ratio = family("inference_quality_refusal_baseline_ratio")
+    tokens = family("inference_quality_output_tokens")
+    last_run = family("inference_quality_last_run_timestamp_seconds")
+    age = family("inference_quality_last_run_age_seconds")
+    for model, result in sorted(view.latest.items()):
+        labels = {"model": model}
+        summary = result.summary
+        for name, key in _GAUGES.items():
+            value = summary.get(key)
+            if value is not None:
+                families[name].add_sample(name, labels, float(value))
+        ratio = refusal_baseline_ratio(summary.get("refusal_ratio"), summary.get("baseline_refusal_ratio"))
+        if ratio is not None:
+            refusal_ratio.add_sample(refusal_ratio.name, labels, ratio)
+        _add_length_summary(tokens, labels, summary.get("output_tokens"))
+        last_run.add_sample(last_run.name, labels, result.finished)
+        age.add_sample(age.name, labels, max(0.0, now - result.finished))
+    yield from families.values()
+    yield refusal_ratio
+    yield tokens
+    yield last_run
+    yield age
+    cost = family("inference_quality_judge_cost_usd_total")
+    cost.add_sample("inference_quality_judge_cost_usd_total", {}, view.judge_cost_usd_total)
+    yield cost
+
+
+def _add_length_summary(fam: Metric, labels: dict[str, str], stats: dict[str, float] | None) -> None:
+    if not stats:
+        return
+    for quantile, key in (("0.5", "p50"), ("0.95", "p95")):
+        if math.isfinite(stats[key]):
+            fam.add_sample(fam.name, {**labels, "quantile": quantile}, stats[key])
+    fam.add_sample(f"{fam.name}_count", labels, float(stats["count"]))
+    fam.add_sample(f"{fam.name}_sum", labels, stats["sum"])

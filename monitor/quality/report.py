@@ -1,0 +1,165 @@
+"""The report page of one day's run: server-rendered HTML, inline SVG charts, nothing fetched.
+
+Per model: the headline numbers, the score histogram, today's output-length distribution
+against the baseline days', and the answers an engineer should read first — the lowest
+scored, the refused, the hallucinated — with the judge's reasons.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
+from typing import Any
+
+import numpy as np
+
+from monitor.store.quality import QualityJudgment, QualityRun
+
+WORST = 10
+_CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#1d2430;padding:0 1em}
+h1{font-size:22px}h2{font-size:18px;margin-top:2em;border-bottom:1px solid #ccd}h3{font-size:15px}
+table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #e3e6ee;padding:4px 6px;text-align:left;
+vertical-align:top}th{background:#f3f5f9}.n{text-align:right;font-variant-numeric:tabular-nums}
+.cards{display:flex;flex-wrap:wrap;gap:10px}.card{border:1px solid #dde;border-radius:6px;padding:8px 12px;
+min-width:120px}.card b{display:block;font-size:20px}.bad{color:#b3261e}.charts{display:flex;gap:24px;
+flex-wrap:wrap}.text{white-space:pre-wrap;max-height:9em;overflow:auto;font-size:13px}.muted{color:#667}
+td:nth-child(2){width:22%}td:nth-child(4){width:24%}
+"""
+
+
+@dataclass(frozen=True)
+class ModelReport:
+    run: QualityRun
+    summary: dict[str, Any]
+    judgments: Sequence[QualityJudgment]
+    baseline_lengths: Sequence[int]
+
+
+def render_report(date: str, models: Sequence[ModelReport]) -> str:
+    body = [f"<h1>Quality run {escape(date)}</h1>",
+            '<p class="muted">Judged by an LLM on a daily sample; lengths in tokens (estimated where the '
+            "request did not say). Compared with the previous days' sampled responses.</p>"]
+    for model in models:
+        body.append(_model_section(model))
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Quality {escape(date)}</title>'
+            f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>")
+
+
+def _model_section(model: ModelReport) -> str:
+    s = model.summary
+    cards = [
+        ("score mean", _num(s.get("score_mean"), 2), _bad(s.get("score_mean"), lambda v: v < 3.5)),
+        ("vs baseline", _num(s.get("score_baseline_delta"), 2, signed=True),
+         _bad(s.get("score_baseline_delta"), lambda v: v < -0.5)),
+        ("judged", f"{s.get('samples', 0)} / {s.get('sampled', 0)}", False),
+        ("refusals", _pct(s.get("refusal_ratio")) + _ci(s.get("refusal_ratio_ci95")),
+         _bad(s.get("refusal_ratio"), lambda v: v > 0.05)),
+        ("hallucinations", _pct(s.get("hallucination_ratio")), _bad(s.get("hallucination_ratio"), lambda v: v > 0.05)),
+        ("length PSI", _num(s.get("psi"), 3), _bad(s.get("psi"), lambda v: v > 0.25)),
+        ("KS p-value", _num(s.get("ks_pvalue"), 3), _bad(s.get("ks_pvalue"), lambda v: v < 0.05)),
+        ("mean length change", _pct(s.get("output_length_mean_change_ratio"), signed=True),
+         _bad(s.get("output_length_mean_change_ratio"), lambda v: abs(v) > 0.3)),
+        ("judge errors", str(s.get("judge_errors", 0)), bool(s.get("judge_errors"))),
+        ("judge cost", f"${s.get('judge_cost_usd', 0.0):.4f}", False),
+    ]
+    html = [f"<h2>{escape(model.run.model)}</h2>", '<div class="cards">']
+    html += [f'<div class="card{" bad" if bad else ""}">{escape(label)}<b>{escape(value)}</b></div>'
+             for label, value, bad in cards]
+    html.append("</div>")
+    if s.get("note"):
+        html.append(f'<p class="muted">{escape(str(s["note"]))}</p>')
+    lengths = [j.length_tokens for j in model.judgments]
+    html.append('<div class="charts">')
+    html.append(_score_chart(s.get("score_histogram") or {}))
+    html.append(_length_chart(lengths, list(model.baseline_lengths)))
+    html.append("</div>")
+    judged = [j for j in model.judgments if j.score is not None]
+    html.append(_table("Lowest scored", sorted(judged, key=lambda j: (j.score or 0, j.id))[:WORST]))
+    html.append(_table("Refused", [j for j in model.judgments if j.refusal or j.refusal_keyword][:WORST]))
+    html.append(_table("Hallucinated", [j for j in model.judgments if j.hallucination][:WORST]))
+    errors = [j for j in model.judgments if j.error]
+    if errors:
+        html.append(_table("Judge errors", errors[:WORST]))
+    return "".join(html)
+
+
+def _score_chart(histogram: dict[str, int]) -> str:
+    counts = [int(histogram.get(str(s), 0)) for s in range(1, 6)]
+    top = max(counts) or 1
+    width, height, bar = 320, 180, 44
+    parts = [f'<svg width="{width}" height="{height + 40}" role="img" aria-label="score histogram">',
+             '<text x="0" y="14" font-size="13">Score histogram</text>']
+    for index, count in enumerate(counts):
+        h = count / top * (height - 40)
+        x = 20 + index * (bar + 12)
+        y = height - h
+        colour = "#d9534f" if index < 2 else ("#f0ad4e" if index == 2 else "#4a90d9")
+        parts.append(f'<rect x="{x}" y="{y:.1f}" width="{bar}" height="{h:.1f}" fill="{colour}"/>')
+        parts.append(f'<text x="{x + bar / 2}" y="{y - 4:.1f}" font-size="12" text-anchor="middle">{count}</text>')
+        parts.append(f'<text x="{x + bar / 2}" y="{height + 16}" font-size="12" '
+                     f'text-anchor="middle">{index + 1}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _length_chart(today: list[int], baseline: list[int], bins: int = 12) -> str:
+    """Both distributions as shares over the same bins (bars: today, line: baseline)."""
+    width, height = 520, 180
+    parts = [f'<svg width="{width}" height="{height + 40}" role="img" aria-label="output length distribution">',
+             '<text x="0" y="14" font-size="13">Output length (tokens): today (bars) vs baseline (line)</text>']
+    values = today + baseline
+    if not values:
+        return "".join([*parts, "</svg>"])
+    edges = np.histogram_bin_edges(np.asarray(values, dtype=float), bins=bins)
+    shares = [np.histogram(np.asarray(v, dtype=float), edges)[0] / max(1, len(v)) for v in (today, baseline)]
+    top = max(float(shares[0].max()), float(shares[1].max()) if baseline else 0.0) or 1.0
+    step = (width - 40) / bins
+    for index, share in enumerate(shares[0]):
+        h = float(share) / top * (height - 40)
+        parts.append(f'<rect x="{20 + index * step:.1f}" y="{height - h:.1f}" width="{step - 2:.1f}" '
+                     f'height="{h:.1f}" fill="#4a90d9" fill-opacity="0.75"/>')
+    if baseline:
+        points = " ".join(f"{20 + (i + 0.5) * step:.1f},{height - float(v) / top * (height - 40):.1f}"
+                          for i, v in enumerate(shares[1]))
+        parts.append(f'<polyline points="{points}" fill="none" stroke="#d9534f" stroke-width="2"/>')
+    for index in (0, bins // 2, bins):
+        parts.append(f'<text x="{20 + index * step:.1f}" y="{height + 16}" font-size="11" '
+                     f'text-anchor="middle">{edges[index]:.0f}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _table(title: str, rows: Sequence[QualityJudgment]) -> str:
+    if not rows:
+        return f'<h3>{escape(title)}</h3><p class="muted">none</p>'
+    out = [f"<h3>{escape(title)}</h3><table><tr><th>score</th><th>prompt</th><th>response</th>"
+           "<th>judge's reason</th><th class=n>tokens</th></tr>"]
+    for row in rows:
+        flags = " ".join(f for f, on in (("refusal", row.refusal or row.refusal_keyword),
+                                          ("hallucination", row.hallucination)) if on)
+        score = "error" if row.error else str(row.score)
+        out.append(f"<tr><td>{score} <span class=muted>{flags}</span></td>"
+                   f'<td><div class="text">{escape(row.prompt[:1500])}</div></td>'
+                   f'<td><div class="text">{escape(row.response[:3000])}</div></td>'
+                   f'<td><div class="text">{escape(row.error or row.reason or "")}</div></td>'
+                   f"<td class=n>{row.length_tokens}</td></tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+def _num(value: Any, digits: int, signed: bool = False) -> str:
+    return "–" if value is None else f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+
+
+def _pct(value: Any, signed: bool = False) -> str:
+    return "–" if value is None else f"{value * 100:+.1f} %" if signed else f"{value * 100:.1f} %"
+
+
+def _ci(interval: Any) -> str:
+    return f" ({interval[0] * 100:.1f}–{interval[1] * 100:.1f})" if interval else ""
+
+
+def _bad(value: Any, test: Any) -> bool:
+    return value is not None and bool(test(value))

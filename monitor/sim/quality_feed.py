@@ -1,0 +1,98 @@
+"""The demo's quality scenario: the SIMULATED engine's answers reach the request log, a SIMULATED
+judge scores them, and a run happens within the first minute.
+
+- `serve_judge`: the judge simulator (monitor/sim/judge.py) on a loopback port, in this loop.
+- `feed_request_log`: asks the vLLM simulator real chat completions and posts each prompt and
+  answer to the monitor's POST /api/v1/samples, as a gateway would.
+- `simulated_history`: a week of earlier answers (filler text of the simulator's kind, marked
+  `simulated-history`) so the baseline checks have days to compare with. The history's answers
+  are a little shorter than today's, so the length-drift check has something to show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from datetime import datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+import httpx
+import uvicorn
+
+from monitor.quality.sample import Sample
+from monitor.sim.judge import create_judge_app
+from monitor.sim.protocol import filler_text
+
+QUESTIONS = (
+    "Summarise the causes of the 2008 financial crisis.", "How do I reverse a linked list in Python?",
+    "What is the difference between TCP and UDP?", "Explain KV-cache paging in vLLM.",
+    "Write a haiku about GPUs.", "给我介绍一下长城的历史。", "What are the side effects of ibuprofen?",
+    "Translate 'good morning' into French and German.", "How does PagedAttention reduce fragmentation?",
+    "My e-mail is alice@example.com, can you draft a reply to my landlord?",
+)
+
+
+async def serve_judge(port: int, started: asyncio.Event, latency_s: float = 0.0) -> None:
+    config = uvicorn.Config(create_judge_app(latency_s), host="127.0.0.1", port=port, log_level="warning",
+                            log_config=None, access_log=False, lifespan="off")
+    server = uvicorn.Server(config)
+    serving = asyncio.ensure_future(server.serve())
+    try:
+        while not server.started and not serving.done():
+            await asyncio.sleep(0.01)
+        started.set()
+        await asyncio.shield(serving)
+    finally:
+        if not serving.done():
+            server.should_exit = True
+            await serving
+
+
+async def feed_request_log(sim_url: str, monitor_url: str, count: int, concurrency: int = 8,
+                           max_tokens: tuple[int, int] = (48, 320), seed: int = 7) -> int:
+    """`count` answers of the simulator posted to the request log; returns how many were stored."""
+    rng = random.Random(seed)
+    limit = asyncio.Semaphore(concurrency)
+    stored = 0
+
+    async def one(client: httpx.AsyncClient, index: int) -> None:
+        nonlocal stored
+        question = f"{QUESTIONS[index % len(QUESTIONS)]} (request {index})"
+        async with limit:
+            answer = await client.post(f"{sim_url}/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": question}], "max_tokens": rng.randint(*max_tokens)})
+        if answer.status_code != 200:
+            return  # the simulator's error-burst fault: nothing to log
+        body = answer.json()
+        sample = {"model": body["model"], "prompt": [{"role": "user", "content": question}],
+                  "response": body["choices"][0]["message"]["content"], "request_id": body["id"],
+                  "output_tokens": body["usage"]["completion_tokens"]}
+        posted = await client.post(f"{monitor_url}/api/v1/samples", json=sample)
+        stored += posted.json().get("stored", 0) if posted.status_code == 202 else 0
+
+    async with httpx.AsyncClient(timeout=120, trust_env=False) as client:
+        await asyncio.gather(*(one(client, i) for i in range(count)), return_exceptions=True)
+    return stored
+
+
+def simulated_history(model: str, today: str, days: int, per_day: int, timezone: str,
+                      tokens: tuple[int, int] = (32, 200), seed: int = 11) -> list[Sample]:
+    rng = random.Random(seed)
+    zone = ZoneInfo(timezone)
+    out: list[Sample] = []
+    first = datetime.fromisoformat(today).date()
+    for back in range(1, days + 1):
+        start = datetime.combine(first - timedelta(days=back), time(0), zone).timestamp()
+        for index in range(per_day):
+            count = rng.randint(*tokens)
+            out.append(Sample(model=model, prompt=f"user: {QUESTIONS[index % len(QUESTIONS)]}",
+                              response=filler_text(0, count).strip(), timestamp=start + rng.uniform(0, 86000),
+                              request_id=f"history-{back}-{index}", output_tokens=count,
+                              source="simulated-history"))
+    return out
+
+
+def history_days(today: str, days: int) -> Sequence[str]:
+    first = datetime.fromisoformat(today).date()
+    return [(first - timedelta(days=n)).isoformat() for n in range(days, 0, -1)]

@@ -1,0 +1,127 @@
+"""The judge through the real `openai` SDK against a scripted server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from monitor.config import JudgeSettings
+from monitor.quality.judge import Judge, JudgeInput, UnparseableAnswer, parse_answer
+from monitor.store.quality import Verdict
+from tests.quality.judgeserver import JudgeScript, judge_server
+
+ITEM = JudgeInput(prompt="What is the capital of France?", response="The capital of France is Paris, on the Seine.")
+
+
+def judge_once(script: JudgeScript, item: JudgeInput = ITEM, **settings: object) -> tuple[Verdict, int]:
+    with judge_server(script) as url:
+        config = JudgeSettings(base_url=url, model="judge-test", **settings)  # type: ignore[arg-type]
+
+        async def run() -> tuple[Verdict, int]:
+            judge = Judge(config, "test-key", backoff_s=0.01)
+            try:
+                return await judge.judge(item), judge.calls
+            finally:
+                await judge.aclose()
+
+        return asyncio.run(run())
+
+
+def test_good_answer_with_structured_output_and_cost() -> None:
+    script = JudgeScript()
+    verdict, calls = judge_once(script)
+    assert verdict.error is None and verdict.score in range(1, 6) and verdict.refusal is False
+    assert calls == 1 and verdict.attempts == 1
+    body = script.bodies[0]
+    assert body["temperature"] == 0 and body["model"] == "judge-test"
+    assert body["response_format"]["type"] == "json_schema"
+    assert set(body["response_format"]["json_schema"]["schema"]["required"]) == {
+        "score", "refusal", "hallucination", "reason"}
+    assert "capital of France" in body["messages"][0]["content"]
+    assert (verdict.input_tokens, verdict.output_tokens) == (1000, 50)
+    assert verdict.cost_usd == pytest.approx((1000 * 1.25 + 50 * 10.0) / 1e6)
+
+
+@pytest.mark.parametrize("behaviour", ["fenced", "text"])
+def test_tolerant_parser_reads_unstructured_answers(behaviour: str) -> None:
+    verdict, calls = judge_once(JudgeScript(default=behaviour))
+    assert verdict.error is None and verdict.score in range(1, 6) and calls == 1
+
+
+def test_malformed_json_is_retried_once_then_a_judge_error() -> None:
+    script = JudgeScript(default="malformed")
+    verdict, calls = judge_once(script)
+    assert verdict.score is None and verdict.error is not None and "unparseable" in verdict.error
+    assert calls == 2
+    assert verdict.cost_usd > 0  # the tokens of failed answers are paid for too
+
+    script = JudgeScript()
+    script.script.append("malformed")
+    verdict, calls = judge_once(script)
+    assert verdict.error is None and verdict.score is not None and calls == 2
+
+
+def test_429_then_success_honours_retry_after() -> None:
+    script = JudgeScript()
+    script.script.extend(["429", "429"])
+    verdict, calls = judge_once(script)
+    assert verdict.error is None and verdict.score is not None
+    assert calls == 3 and verdict.attempts == 3
+
+
+def test_hang_past_the_timeout_is_retried_then_an_error() -> None:
+    script = JudgeScript(default="hang", hang_s=1.5)
+    verdict, calls = judge_once(script, timeout="0.3s", max_retries=1)
+    assert verdict.score is None and verdict.error == "timed out after 0.3s"
+    assert calls == 2
+
+
+def test_hang_once_then_answer() -> None:
+    script = JudgeScript(hang_s=1.5)
+    script.script.append("hang")
+    verdict, calls = judge_once(script, timeout="0.3s", max_retries=2)
+    assert verdict.error is None and calls == 2
+
+
+def test_5xx_exhausts_retries_with_the_cause() -> None:
+    verdict, calls = judge_once(JudgeScript(default="500"), max_retries=2)
+    assert verdict.score is None and verdict.error == "HTTP 500: upstream died" and calls == 3
+
+
+def test_server_without_structured_output_falls_back() -> None:
+    script = JudgeScript(default="reject_schema")
+    verdict, calls = judge_once(script)
+    assert verdict.error is None and verdict.score is not None and calls == 2
+    assert "response_format" in script.bodies[0] and "response_format" not in script.bodies[1]
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    ('{"score": 4, "refusal": false, "hallucination": true, "reason": "ok"}', (4, False, True, "ok")),
+    ('{"Score": "2", "refusal": "yes", "hallucination": "no", "reason": "bad"}', (2, True, False, "bad")),
+    ('Sure!\n```json\n{"score": 5.0, "refusal": false, "hallucination": false, "reason": "x"}\n```',
+     (5, False, False, "x")),
+    ("Feedback: thin.\nScore: 3\nRefusal: false\nHallucination: true\nReason: gaps", (3, False, True, "gaps")),
+    ("The answer is fine. [RESULT] 4", (4, False, False, "The answer is fine. [RESULT] 4")),
+])
+def test_parse_answer(content: str, expected: tuple[int, bool, bool, str]) -> None:
+    assert parse_answer(content) == expected
+
+
+@pytest.mark.parametrize("content", ["", '{"score": 7}', '{"score": 3.5}', "no idea", '{"refusal": true}'])
+def test_parse_answer_rejects_what_has_no_valid_score(content: str) -> None:
+    with pytest.raises(UnparseableAnswer):
+        parse_answer(content)
+
+
+def test_reasoning_model_without_temperature_zero() -> None:
+    script = JudgeScript(default="reject_temperature")
+    verdict, calls = judge_once(script)
+    assert verdict.error is None and verdict.score is not None and calls == 2
+    assert script.bodies[0]["temperature"] == 0 and "temperature" not in script.bodies[1]
+
+
+def test_other_client_errors_are_not_retried() -> None:
+    script = JudgeScript(default="bad_model")
+    verdict, calls = judge_once(script)
+    assert verdict.error == "HTTP 404: The model `judge-test` does not exist." and calls == 1
