@@ -212,6 +212,7 @@ class Monitor:
         log.info("configuration reloaded: %d static target(s), file_sd %s%s", len(fresh.service.targets),
                  fresh.service.file_sd or "none", f"; changed, applied at restart: {', '.join(later)}" if later else "")
         return True
+
     async def evaluate_alerts(self) -> None:
         if self.alerting is not None:
             with self.health.run("alerts"):
