@@ -100,7 +100,7 @@ INFRASTRUCTURE = DashboardSpec(
                       unit="watt", description="Energy counter's rate: the mean power over the interval."),
             _gpu("inference_gpu_sm_clock_hertz", "SM clock"),
             PanelSpec("Clock events (throttle reasons)", "inference_gpu_clock_event_active",
-                      (Query(f"inference_gpu_clock_event_active{{{GPU}}} == 1", "{{node}} GPU {{gpu}} {{reason}}"),)),
+                      (Query(f"inference_gpu_clock_event_active{{{GPU}}}", "{{node}} GPU {{gpu}} {{reason}}"),), unit="bool"),
         )),
     ),
 )
