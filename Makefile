@@ -13,9 +13,9 @@ $(STAMP): pyproject.toml
 
 # The real prometheus/promtool binaries the integration tests compare against (Debian package).
 tools:
-	@command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/null || { \
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/null && command -v docker-compose >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; \
+	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager docker-compose >/dev/null; \
 	  else echo "install the Debian packages 'prometheus' and 'prometheus-alertmanager' for the integration tests"; fi; }
 
 demo: $(STAMP)
