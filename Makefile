@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint bench tools clean
+.PHONY: demo test lint bench tools clean dashboards
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -36,6 +36,10 @@ bench: $(STAMP) tools
 	$(PY) -m bench.cost_tick
 	$(PY) -m bench.alert_latency
 	$(PY) -m bench.alert_delivery
+
+# dashboards/*.json and deploy/k8s/{prometheusrule,grafana-dashboards}.yaml from the catalog and alerts/
+dashboards: $(STAMP)
+	$(PY) -m monitor.dashboards
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
