@@ -8,6 +8,7 @@ checked structurally, and the queries against the real Prometheus in test_live.p
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -163,3 +164,13 @@ def test_panels_fit_the_grid(name: str) -> None:
     for panel in dashboards()[name]["panels"]:
         position = panel["gridPos"]
         assert position["x"] + position["w"] <= 24 and position["h"] > 0
+
+
+def test_committed_json_round_trips_through_the_sdk_model() -> None:
+    """Read back with the SDK's typed Dashboard model (Grafana's schema) and written again: nothing lost or unknown."""
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    for name, board in dashboards().items():
+        again = json.loads(json.dumps(Dashboard.from_json(board), cls=JSONEncoder))
+        assert again == board, name
