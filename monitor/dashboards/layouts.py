@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from monitor.dashboards.spec import DashboardSpec, PanelSpec, Query, Row, Variable
 
-SVC = 'target=~"$target",model=~"$model",window="$window"'
+SVC = 'target=~"$target",target!="",model=~"$model",window="$window"'
 FLEET = 'target="",model=~"$model",window="$window"'
 GPU = 'node=~"$node",gpu=~"$gpu"'
 MODEL = 'model=~"$model"'
@@ -73,6 +73,15 @@ OVERVIEW = DashboardSpec(
             _plain("inference_request_error_ratio", "Error ratio", f"inference_request_error_ratio{{{FLEET}}}",
                    "{{model}}"),
         )),
+        Row("The monitor itself", (
+            _plain("inference_monitor_collector_success", "Collectors succeeding", "inference_monitor_collector_success",
+                   "{{collector}} {{target}}", unit="bool"),
+            _plain("inference_monitor_outbox_oldest_pending_seconds", "Oldest undelivered notification",
+                   "inference_monitor_outbox_oldest_pending_seconds", "{{receiver}}"),
+            _plain("inference_monitor_notifications_total", "Notifications sent",
+                   "sum by (receiver, outcome) (rate(inference_monitor_notifications_total[$__rate_interval]))",
+                   "{{receiver}} {{outcome}}", unit="ops"),
+        )),
     ),
 )
 
@@ -90,6 +99,11 @@ INFRASTRUCTURE = DashboardSpec(
             _gpu("inference_gpu_memory_used_ratio", "Memory used"),
             _gpu("inference_gpu_memory_used_bytes", "Memory used (bytes)"),
             _gpu("inference_gpu_memory_total_bytes", "Memory total", kind="stat"),
+            PanelSpec("MIG instance memory used", "inference_gpu_mig_memory_used_ratio",
+                      (Query(f"inference_gpu_mig_memory_used_ratio{{{GPU}}}", "{{node}} GPU {{gpu}} {{gpu_instance}} {{profile}}"),)),
+            PanelSpec("Uncorrected ECC errors in the range", "inference_gpu_ecc_uncorrected_errors_total",
+                      (Query(f"increase(inference_gpu_ecc_uncorrected_errors_total{{{GPU}}}[$__range])", "{{node}} GPU {{gpu}}"),),
+                      unit="none", description="Double-bit volatile ECC errors counted over the dashboard's time range."),
         )),
         Row("Thermals and power", (
             _gpu("inference_gpu_temperature_celsius", "Temperature"),
@@ -188,7 +202,7 @@ COST = DashboardSpec(
             _plain("inference_cost_usd_total", "Spend over the time range",
                    'increase(inference_cost_usd_total{target="",model=""}[$__range])', "fleet", kind="stat", width=6),
             _plain("inference_cost_usd_per_hour", "Spend rate per model ($/h)",
-                   'inference_cost_usd_per_hour{model=~"$model"}', "{{model}}"),
+                   'inference_cost_usd_per_hour{model=~"$model",model!=""}', "{{model}}"),
             _plain("inference_cost_usd_per_hour", "Spend rate per target ($/h)",
                    'inference_cost_usd_per_hour{target!=""}', "{{target}}"),
             _plain("inference_cost_idle_usd_per_hour", "Idle spend ($/h)", legend="idle"),
