@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint bench tools clean
+.PHONY: demo test lint bench tools clean dashboards
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -13,10 +13,10 @@ $(STAMP): pyproject.toml
 
 # The real prometheus/promtool binaries the integration tests compare against (Debian package).
 tools:
-	@command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/null || { \
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/null && command -v docker-compose >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; \
-	  else echo "install the Debian packages 'prometheus' and 'prometheus-alertmanager' for the integration tests"; fi; }
+	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager docker-compose >/dev/null; \
+	  else echo "install the Debian packages 'prometheus', 'prometheus-alertmanager' and 'docker-compose' for the integration tests"; fi; }
 
 demo: $(STAMP)
 	$(VENV)/bin/infermon demo $(DEMO_ARGS)
@@ -36,6 +36,10 @@ bench: $(STAMP) tools
 	$(PY) -m bench.cost_tick
 	$(PY) -m bench.alert_latency
 	$(PY) -m bench.alert_delivery
+
+# dashboards/*.json and deploy/k8s/{prometheusrule,grafana-dashboards}.yaml from the catalog and alerts/
+dashboards: $(STAMP)
+	$(PY) -m monitor.dashboards
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
