@@ -6,9 +6,11 @@ with an injected HTTP client and clock.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,12 +21,14 @@ from prometheus_client.core import Metric
 from monitor import __version__
 from monitor.catalog import family
 from monitor.config import ConfigError, ServiceSettings, Settings, load_settings
-from monitor.exporter import Renderer, TextWriter, make_registry, render_health, render_text
+from monitor.exporter import ExpositionCache, Renderer, TextWriter, make_registry, render_health, render_text
 from monitor.health import HealthBook
 from monitor.infra.collector import InfraCollector, import_pynvml
 from monitor.infra.render import render_infra
 from monitor.service.collector import ServiceCollector
 from monitor.service.render import render_objectives, render_service
+from monitor.service.schedule import Spreader, render_schedule
+from monitor.service.scrape import pool_limits
 from monitor.store.session import Store
 
 log = logging.getLogger("monitor.runtime")
@@ -57,6 +61,8 @@ class Job:
     interval_seconds: float
     run: Callable[[], Awaitable[Any]]
     ran: bool = False
+    # Under `infermon serve`, a job with a loop runs it for its whole life instead of `run` on an interval.
+    loop: Callable[[], Awaitable[Any]] | None = None
 
 
 class Monitor:
@@ -78,9 +84,13 @@ class Monitor:
         self.health.listeners.append(
             lambda entry, state: self.store.record_event(wall(), entry.collector, entry.target, state, entry.error)
         )
-        self.client = client or httpx.AsyncClient(follow_redirects=True, trust_env=False)
+        self.client = client or httpx.AsyncClient(follow_redirects=True, trust_env=False,
+                                                  limits=pool_limits(settings.service))
+        self.cpu = ThreadPoolExecutor(1, thread_name_prefix="infermon-cpu")  # parse, derive, render
+        self.spreader: Spreader | None = None
         self.service = ServiceCollector(settings.service, self.client, self.health, wall)
-        self.jobs = [Job("service", settings.service.scrape_interval.seconds, self.service.collect)]
+        self.jobs = [Job("service", settings.service.scrape_interval.seconds, self.service.collect,
+                         loop=self.run_service)]
         # infra: local GPUs (NVML, or the trace in infra.replay.file) and dcgm-exporter targets
         self.infra = InfraCollector(settings.infra, self.client, self.health, wall, load_nvml)
         self.jobs.append(Job("infra", settings.infra.interval.seconds, self.infra.collect))
@@ -91,9 +101,13 @@ class Monitor:
             lambda: render_infra(self.infra.view),
             lambda: render_health(self.health),
             lambda: render_reload(self.reloads),
+            lambda: render_schedule(self.spreader),
         ]
         self.registry = make_registry(renderers)
         self.writer = TextWriter()
+        # What /metrics serves under `infermon serve`, and what in-process readers take:
+        # `monitor.exposition.latest.body`, rendered once per publish tick in the worker thread.
+        self.exposition = ExpositionCache(self.registry, wall)
 
     async def run_job(self, job: Job) -> None:
         try:
@@ -106,7 +120,32 @@ class Monitor:
             await self.run_job(job)
 
     def metrics_text(self) -> bytes:
+        latest = self.exposition.latest
+        if latest is not None:  # serving: the background render, never one on the event loop
+            return latest.body
         return render_text(self.registry, self.writer)
+
+    async def run_service(self) -> None:
+        """`infermon serve`'s service layer: each target on its own cadence (Spreader), and a
+        publish tick that assembles the view and renders /metrics in the worker thread."""
+        self.spreader = Spreader(self.service, self.cpu, self.wall)
+        await asyncio.gather(self.spreader.run(), self._publish_loop(self.jobs[0]))
+
+    async def _publish_loop(self, job: Job) -> None:
+        period = min(self.settings.service.scrape_interval.seconds, self.settings.infra.interval.seconds)
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            self.service.refresh_targets()  # file_sd, on the loop: the spreader follows at once
+            all_seen = self.spreader is not None and self.spreader.all_seen()
+            await loop.run_in_executor(self.cpu, self.publish)
+            job.ran = job.ran or all_seen  # ready once every target was tried and published
+            await asyncio.sleep(max(0.0, period - (loop.time() - started)))
+
+    def publish(self) -> None:
+        """Assemble the service view and render /metrics (in the worker thread)."""
+        self.service.view = self.service.assemble(self.wall())
+        self.exposition.refresh()
 
     @property
     def ready(self) -> bool:
@@ -125,6 +164,7 @@ class Monitor:
                     "last_derivation": self.service.view.ts,
                     "targets": self.service.status(),
                     "file_sd": self.service.discovery.status() if self.service.discovery else None,
+                    "schedule": self.spreader.status() if self.spreader else None,
                 },
                 "infra": self.infra.status(),
             },
@@ -165,3 +205,4 @@ class Monitor:
         self.store.close()
         await self.infra.aclose()
         await self.client.aclose()
+        self.cpu.shutdown(wait=False, cancel_futures=True)

@@ -14,12 +14,26 @@ from dataclasses import dataclass
 
 import httpx
 
+from monitor.config import ServiceSettings
+
 # The text format only. prometheus_client (>= 0.23, up to 0.26 at least) ignores q-values and
 # answers any Accept that lists OpenMetrics with OpenMetrics in `escaping=underscores`, writing
 # `vllm_num_requests_running` for `vllm:num_requests_running` (its issue #1177); asked for
 # text/plain;version=0.0.4 alone it keeps the colons. Nothing we read needs OpenMetrics (exemplars,
 # _created), and the engine tables read both spellings anyway, for pages other clients made.
 ACCEPT = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
+
+
+def pool_limits(settings: ServiceSettings) -> httpx.Limits:
+    """A connection per target, kept alive across scrapes.
+
+    httpx's default (100 connections, 20 kept alive, 5 s idle expiry) makes a fleet reconnect on
+    every scrape and queue behind the pool. Scrapes are spread over the interval, so few run at
+    once; an idle connection is kept for two intervals plus the timeout, so the next scrape of the
+    same target reuses it (a server that closes it sooner is simply reconnected to).
+    """
+    keep = 2 * settings.scrape_interval.seconds + settings.scrape_timeout.seconds
+    return httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=keep)
 
 
 class ScrapeError(Exception):
