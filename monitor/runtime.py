@@ -88,7 +88,8 @@ class Monitor:
                                                   limits=pool_limits(settings.service))
         self.cpu = ThreadPoolExecutor(1, thread_name_prefix="infermon-cpu")  # parse, derive, render
         self.spreader: Spreader | None = None
-        self.service = ServiceCollector(settings.service, self.client, self.health, wall)
+        self.service = ServiceCollector(settings.service, self.client, self.health, wall,
+                                        own_clients=client is None)
         self.jobs = [Job("service", settings.service.scrape_interval.seconds, self.service.collect,
                          loop=self.run_service)]
         # infra: local GPUs (NVML, or the trace in infra.replay.file) and dcgm-exporter targets
@@ -205,4 +206,5 @@ class Monitor:
         self.store.close()
         await self.infra.aclose()
         await self.client.aclose()
+        await self.service.aclose()
         self.cpu.shutdown(wait=False, cancel_futures=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -40,7 +41,7 @@ from monitor.service.derive import (
 from monitor.service.discovery import DiscoveryError, FileDiscovery
 from monitor.service.engines import EngineSpec, detect, suggest_prefix
 from monitor.service.extract import Snapshot, extract
-from monitor.service.scrape import ScrapeError, fetch_page
+from monitor.service.scrape import ScrapeError, fetch_page, target_limits
 from monitor.service.series import SeriesStore
 
 log = logging.getLogger("monitor.service")
@@ -74,6 +75,7 @@ class TargetState:
     non_finite: int = 0
     derived: Derived | None = None
     cpu_wait: float = 0.0  # seconds the last scrape's parse waited for the worker thread
+    client: httpx.AsyncClient | None = None  # the target's own connection pool (own_clients)
 
 
 @dataclass
@@ -103,9 +105,15 @@ class ServiceCollector:
         client: httpx.AsyncClient,
         health: HealthBook,
         wall: Callable[[], float] = time.time,
+        own_clients: bool = False,
     ) -> None:
         self.settings = settings
         self.client = client
+        # A pool per target: httpcore's one pool walks all its connections (and polls each idle
+        # socket) on every request, which at a thousand kept-alive connections starves the loop.
+        self.own_clients = own_clients
+        self._tls = ssl.create_default_context() if own_clients else None  # one CA store for all
+        self._closing: set[asyncio.Task[None]] = set()
         self.health = health
         self.wall = wall
         self.windows = [Window(w.text, w.seconds) for w in settings.windows]
@@ -149,7 +157,7 @@ class ServiceCollector:
             desired[target.name] = target
         for name in list(self.targets):
             if name not in desired or desired[name] != self.targets[name].target:
-                del self.targets[name]
+                self._retire(self.targets.pop(name))
                 self.health.forget(COLLECTOR, name)
         for name, target in desired.items():
             if name not in self.targets:
@@ -162,7 +170,28 @@ class ServiceCollector:
             target,
             store=SeriesStore(longest + interval),
             baseline=SeriesStore(longest + self.settings.baseline_window.seconds + interval),
+            client=self._client_for() if self.own_clients else None,
         )
+
+    def _client_for(self) -> httpx.AsyncClient:
+        assert self._tls is not None
+        return httpx.AsyncClient(follow_redirects=True, trust_env=False, verify=self._tls,
+                                 limits=target_limits(self.settings))
+
+    def _retire(self, state: TargetState) -> None:
+        """A target gone or changed: close its own pool (later, on the loop, if one runs)."""
+        if state.client is None:
+            return
+        try:
+            task = asyncio.get_running_loop().create_task(state.client.aclose())
+        except RuntimeError:
+            return  # no loop (start-up): nothing was opened yet
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def aclose(self) -> None:
+        clients = [s.client for s in self.targets.values() if s.client is not None]
+        await asyncio.gather(*(c.aclose() for c in clients), *self._closing, return_exceptions=True)
 
     async def collect(self) -> ServiceView:
         if self._discover():
@@ -185,7 +214,7 @@ class ServiceCollector:
             state.last_scrape = started
             try:
                 fetched = await fetch_page(
-                    self.client,
+                    state.client or self.client,
                     state.target.url,
                     self.settings.scrape_timeout.seconds,
                     self.settings.max_page_bytes,

@@ -36,6 +36,12 @@ def pool_limits(settings: ServiceSettings) -> httpx.Limits:
     return httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=keep)
 
 
+def target_limits(settings: ServiceSettings) -> httpx.Limits:
+    """One target's own pool: its connection kept alive from one scrape to the next."""
+    return httpx.Limits(max_connections=4, max_keepalive_connections=1,
+                        keepalive_expiry=pool_limits(settings).keepalive_expiry)
+
+
 class ScrapeError(Exception):
     """Why a page could not be fetched; the message is the reason, safe to show."""
 
