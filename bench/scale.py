@@ -13,6 +13,7 @@ Everything it starts (page farm processes, prometheus, the monitor) is stopped b
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import statistics
 import subprocess
@@ -147,6 +148,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 return measure(args, farm, prom, monitor, f"http://127.0.0.1:{port}")
             finally:
                 stop_process(monitor)
+                shutil.rmtree(workdir, ignore_errors=True)
 
 
 def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer,

@@ -119,6 +119,7 @@ class ServiceCollector:
         self.windows = [Window(w.text, w.seconds) for w in settings.windows]
         self.objectives = Objectives(settings.slo.ttft.seconds, settings.slo.tpot.seconds)
         self.targets: dict[str, TargetState] = {}
+        self.version = 0  # +1 on every change of the target table (the spreader follows it)
         self.static: list[Target] = []
         self.discovery: FileDiscovery | None = None
         self.reconfigure(settings.targets, settings.file_sd)
@@ -162,6 +163,7 @@ class ServiceCollector:
         for name, target in desired.items():
             if name not in self.targets:
                 self.targets[name] = self._new_state(target)
+        self.version += 1
 
     def _new_state(self, target: Target) -> TargetState:
         interval = self.settings.scrape_interval.seconds

@@ -32,7 +32,7 @@ from monitor.service.collector import COLLECTOR, ServiceCollector, TargetState
 
 log = logging.getLogger("monitor.service.schedule")
 _MAX_SLEEP = 1.0  # wake at least this often to pick up new targets
-_LAG_OK = 0.5  # below this lag (seconds) a run counts as keeping up
+_LAG_OK = 0.25  # a lag below this share of the interval counts as keeping up
 
 
 def offset(key: str, interval: float) -> float:
@@ -74,12 +74,16 @@ class Spreader:
         self._lags: deque[LagSample] = deque()
         self._seen: set[str] = set()  # targets scraped at least once since start
         self._last_skip = -math.inf
+        self._version = -1  # the collector's target table version last scheduled
 
     def key(self, state: TargetState) -> str:
         return f"{state.target.name}\0{state.target.url}"
 
     def sync(self) -> None:
         """Schedule new targets at their slot; forget removed or changed ones."""
+        if self._version == self.collector.version:
+            return
+        self._version = self.collector.version
         now = self.wall()
         current = self.collector.targets
         for name in [n for n, s in self.scheduled.items() if current.get(n) is not s]:
@@ -155,9 +159,9 @@ class Spreader:
 
     def status(self) -> dict[str, object]:
         lag = self.lag()
-        keeping_up = lag < _LAG_OK and self.wall() - self._last_skip >= self.interval
+        keeping_up = lag < _LAG_OK * self.interval and self.wall() - self._last_skip >= self.interval
         message = "keeping up" if keeping_up else (
-            f"falling behind: scrapes start up to {lag:.1f}s late, {self.skipped} skipped since start; "
+            f"falling behind: scrapes run up to {lag:.1f}s behind their slots, {self.skipped} skipped since start; "
             f"targets not scraped for {2 * self.interval:g}s show no derived series")
         return {
             "mode": "spread",
