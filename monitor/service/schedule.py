@@ -69,7 +69,6 @@ class Spreader:
         self.skipped = 0
         self.started = 0
         self.finished = 0
-        self.rounds = 0  # completed passes over every target (readiness)
         self._heap: list[tuple[float, str]] = []
         self._lags: deque[LagSample] = deque()
         self._seen: set[str] = set()  # targets scraped at least once since start
