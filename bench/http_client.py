@@ -1,4 +1,5 @@
-"""The HTTP path of one scrape alone: httpx (what fetch_page uses) against httpcore directly.
+"""The HTTP path of one scrape alone: httpx (`fetch_page`, the injected-client path) against
+httpcore directly (`fetch_page_core`, what `infermon serve` scrapes with).
 
 Sequential keep-alive GETs of the 55 KB V1 page and the ~1 MB fleet page from the page farm;
 the median time per complete fetch (request sent, whole body read) for each client.
@@ -10,15 +11,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ssl
 import statistics
 import time
 
-import httpcore
 import httpx
 
 from bench.pagefarm import PageFarm
 from bench.pages import fleet_page, v1_page
-from monitor.service.scrape import ACCEPT, fetch_page
+from monitor.config import load_settings
+from monitor.service.scrape import fetch_page, fetch_page_core, target_pool
 
 
 async def with_httpx(url: str, count: int) -> list[float]:
@@ -33,13 +35,10 @@ async def with_httpx(url: str, count: int) -> list[float]:
 
 async def with_httpcore(url: str, count: int) -> list[float]:
     timings = []
-    headers = [(b"Accept", ACCEPT.encode())]
-    async with httpcore.AsyncConnectionPool() as pool:
+    async with target_pool(load_settings(None).service, ssl.create_default_context()) as pool:
         for _ in range(count):
             started = time.perf_counter()
-            async with pool.stream("GET", url, headers=headers) as response:
-                body = b"".join([chunk async for chunk in response.aiter_stream()])
-            body.decode("utf-8")
+            await fetch_page_core(pool, url, 10.0, 50_000_000)
             timings.append(time.perf_counter() - started)
     return timings
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
+import httpcore
 import httpx
 
 from monitor.config import ServiceSettings, Target
@@ -41,7 +42,7 @@ from monitor.service.derive import (
 from monitor.service.discovery import DiscoveryError, FileDiscovery
 from monitor.service.engines import EngineSpec, detect, suggest_prefix
 from monitor.service.extract import Snapshot, extract
-from monitor.service.scrape import ScrapeError, fetch_page, target_limits
+from monitor.service.scrape import ScrapeError, fetch_page, fetch_page_core, target_pool
 from monitor.service.series import SeriesStore
 
 log = logging.getLogger("monitor.service")
@@ -75,7 +76,7 @@ class TargetState:
     non_finite: int = 0
     derived: Derived | None = None
     cpu_wait: float = 0.0  # seconds the last scrape's parse waited for the worker thread
-    client: httpx.AsyncClient | None = None  # the target's own connection pool (own_clients)
+    pool: httpcore.AsyncConnectionPool | None = None  # the target's own connection (own_clients)
 
 
 @dataclass
@@ -110,7 +111,8 @@ class ServiceCollector:
         self.settings = settings
         self.client = client
         # A pool per target: httpcore's one pool walks all its connections (and polls each idle
-        # socket) on every request, which at a thousand kept-alive connections starves the loop.
+        # socket) on every request, which at a thousand kept-alive connections starves the loop;
+        # and httpcore directly, without httpx's per-request cost (see scrape.fetch_page_core).
         self.own_clients = own_clients
         self._tls = ssl.create_default_context() if own_clients else None  # one CA store for all
         self._closing: set[asyncio.Task[None]] = set()
@@ -172,28 +174,23 @@ class ServiceCollector:
             target,
             store=SeriesStore(longest + interval),
             baseline=SeriesStore(longest + self.settings.baseline_window.seconds + interval),
-            client=self._client_for() if self.own_clients else None,
+            pool=target_pool(self.settings, self._tls) if self._tls is not None else None,
         )
-
-    def _client_for(self) -> httpx.AsyncClient:
-        assert self._tls is not None
-        return httpx.AsyncClient(follow_redirects=True, trust_env=False, verify=self._tls,
-                                 limits=target_limits(self.settings))
 
     def _retire(self, state: TargetState) -> None:
         """A target gone or changed: close its own pool (later, on the loop, if one runs)."""
-        if state.client is None:
+        if state.pool is None:
             return
         try:
-            task = asyncio.get_running_loop().create_task(state.client.aclose())
+            task = asyncio.get_running_loop().create_task(state.pool.aclose())
         except RuntimeError:
             return  # no loop (start-up): nothing was opened yet
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
     async def aclose(self) -> None:
-        clients = [s.client for s in self.targets.values() if s.client is not None]
-        await asyncio.gather(*(c.aclose() for c in clients), *self._closing, return_exceptions=True)
+        pools = [s.pool for s in self.targets.values() if s.pool is not None]
+        await asyncio.gather(*(p.aclose() for p in pools), *self._closing, return_exceptions=True)
 
     async def collect(self) -> ServiceView:
         if self._discover():
@@ -215,12 +212,11 @@ class ServiceCollector:
             started = self.wall()
             state.last_scrape = started
             try:
-                fetched = await fetch_page(
-                    state.client or self.client,
-                    state.target.url,
-                    self.settings.scrape_timeout.seconds,
-                    self.settings.max_page_bytes,
-                )
+                timeout, limit = self.settings.scrape_timeout.seconds, self.settings.max_page_bytes
+                if state.pool is not None:
+                    fetched = await fetch_page_core(state.pool, state.target.url, timeout, limit)
+                else:
+                    fetched = await fetch_page(self.client, state.target.url, timeout, limit)
                 if cpu is None:
                     self._ingest(state, fetched.text, fetched.openmetrics, started)
                 else:

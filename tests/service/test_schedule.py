@@ -23,7 +23,7 @@ from monitor.service.render import render_service
 from monitor.service.schedule import Spreader, first_slot, offset
 from tests.appserver import serve_app
 from tests.conftest import FIXTURES
-from tests.pageserver import Generated, Hang, PageServer
+from tests.pageserver import Connection, Generated, Hang, PageServer
 from tests.service.pagegen import grow
 
 BASE = (FIXTURES / "sample_vllm_v1.prom").read_text()
@@ -256,3 +256,37 @@ def test_healthz_and_metrics_answer_while_200_targets_are_scraped() -> None:
     assert schedule["targets"] == 200 and schedule["scrapes_skipped_total"] == 0
     assert len(answers) > 40
     assert max(answers) < 1.0 and statistics.median(answers) < 0.2, (statistics.median(answers), max(answers))
+
+
+# -- the httpcore path of `infermon serve` ------------------------------------------------------
+
+
+class Moved:
+    """301 to another path, as a reverse proxy in front of an engine may answer."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+
+    def serve(self, conn: Connection) -> None:
+        conn.send_head(301, {"Location": self.location, "Content-Length": "0"})
+
+
+def test_serve_scrapes_follow_redirects_and_keep_credentials_on_the_same_origin() -> None:
+    with PageServer() as pages:
+        pages.set("/metrics", Generated(lambda hit: grow(BASE, 1 + 0.1 * hit)))
+        pages.set("/old", Moved("/metrics"))
+        pages.set("/loop", Moved("/loop"))
+        url = pages.url("/old").replace("http://", "http://user:p%40ss@")
+        monitor = Monitor(settings({"moved": url, "loop": pages.url("/loop")}))
+
+        async def run() -> None:
+            await monitor.run_once()
+            await monitor.aclose()
+
+        asyncio.run(run())
+        sent = [r.headers for r in pages.requests if r.path == "/metrics"]
+    assert monitor.service.targets["moved"].pool is not None  # the serve path: httpcore, not httpx
+    rows = {r["name"]: r for r in monitor.service.status()}
+    assert rows["moved"]["up"] is True, rows["moved"]["error"]
+    assert sent and sent[0].get("authorization") == "Basic dXNlcjpwQHNz"  # user:p@ss
+    assert rows["loop"]["up"] is False and rows["loop"]["error"] == "more than 10 redirects"
