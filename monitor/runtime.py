@@ -153,7 +153,10 @@ class Monitor:
             started = loop.time()
             self.service.refresh_targets()  # file_sd, on the loop: the spreader follows at once
             all_seen = self.spreader is not None and self.spreader.all_seen()
-            await loop.run_in_executor(self.cpu, self.publish)
+            try:
+                await loop.run_in_executor(self.cpu, self.publish)
+            except Exception:  # a bug in a renderer: keep scraping, keep the last good page, say so
+                log.exception("publishing the service view and /metrics failed")
             if all_seen and not job.ran:
                 job.ran = True  # ready once every target was tried and published
                 gc.freeze()  # the targets' stores, parsers and pools, built in the first round
