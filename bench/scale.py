@@ -34,6 +34,7 @@ from bench.promserver import PrometheusServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "recording.yml"
+TRACE = ROOT / "tests" / "fixtures" / "nvml_h200_trace.json"  # the infra layer plays 8 H200s, every 5 s
 
 
 class RulesPrometheus(PrometheusServer):
@@ -90,7 +91,7 @@ def monitor_config(urls: list[str], interval: int, port: int, workdir: Path) -> 
     config = {
         "server": {"host": "127.0.0.1", "port": port, "log_level": "warning"},
         "storage": {"url": f"sqlite:///{workdir / 'infermon.db'}"},
-        "infra": {"nvml": {"enabled": "false"}},
+        "infra": {"interval": "5s", "replay": {"file": str(TRACE)}},
         "service": {"scrape_interval": f"{interval}s",
                     "targets": [{"name": f"t{i}", "url": url} for i, url in enumerate(urls)]},
     }
@@ -126,6 +127,12 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
 
 def monitor_up(text: str) -> int:
     return sum(1 for line in text.splitlines() if line.startswith("inference_target_up{") and line.endswith(" 1.0"))
+
+
+def infra_runs(url: str) -> int:
+    """How many times the infra layer has run (the runs of its first GPU)."""
+    collectors = httpx.get(f"{url}/api/v1/status", timeout=30).json()["collectors"]
+    return max((c["runs"] for c in collectors if c["collector"] == "infra"), default=0)
 
 
 def prom_value(prom: PrometheusServer, expr: str) -> float | None:
@@ -165,7 +172,7 @@ def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer,
     stop = threading.Event()
     threads = [threading.Thread(target=p.run, args=(stop,), daemon=True) for p in probes.values()]
     cpu0 = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
-    farm0, started = farm.cpu_seconds(), time.monotonic()
+    farm0, runs0, started = farm.cpu_seconds(), infra_runs(url), time.monotonic()
     for thread in threads:
         thread.start()
     time.sleep(args.seconds - args.warmup)
@@ -173,6 +180,7 @@ def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer,
     for thread in threads:
         thread.join(timeout=15)
     elapsed = time.monotonic() - started
+    infra_ticks = infra_runs(url) - runs0
     cpu = {name: (process_cpu_seconds(pid) - cpu0[name]) / elapsed for name, pid in pids.items()}
     rss = {name: process_rss_bytes(pid) for name, pid in pids.items()}
     status = httpx.get(f"{url}/api/v1/status", timeout=30).json()
@@ -195,6 +203,7 @@ def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer,
                    "prometheus": int(prom_value(prom, "count(inference_requests_per_second)") or 0)},
         "rule_eval_s": prom_value(prom, "sum(prometheus_rule_group_last_duration_seconds)"),
         "schedule": status["layers"]["service"].get("schedule"),
+        "infra_ticks": (infra_ticks, int(elapsed // 5)),
         "latency": {key: probe.summary() for key, probe in probes.items()},
     }
 
@@ -220,6 +229,8 @@ def report(result: dict[str, Any]) -> str:
         f"ratios: CPU {cpu_ratio:.2f}x (goal <= 0.5), RSS {rss_ratio:.2f}x (goal <= 0.33)",
         f"page farm CPU {result['farm_cpu']:.0%} of one core; Prometheus rule evaluation "
         f"{(result['rule_eval_s'] or 0) * 1000:.0f} ms per round",
+        f"infra layer (8 replayed GPUs, every 5 s): {result['infra_ticks'][0]} runs in the window, "
+        f"{result['infra_ticks'][1]} ticks due",
         f"schedule: {result['schedule']}",
     ]
     return "\n".join(lines)
