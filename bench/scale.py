@@ -201,7 +201,8 @@ def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer,
         "series": {"infermon": sum(1 for line in metrics.splitlines()
                                    if line.startswith("inference_requests_per_second{")),
                    "prometheus": int(prom_value(prom, "count(inference_requests_per_second)") or 0)},
-        "rule_eval_s": prom_value(prom, "sum(prometheus_rule_group_last_duration_seconds)"),
+        "rule_eval_s": sum(g["evaluationTime"] for g in httpx.get(
+            f"{prom.url}/api/v1/rules", timeout=30).json()["data"]["groups"]),
         "schedule": status["layers"]["service"].get("schedule"),
         "infra_ticks": (infra_ticks, int(elapsed // 5)),
         "latency": {key: probe.summary() for key, probe in probes.items()},
