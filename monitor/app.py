@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -48,7 +48,11 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     app.state.monitor = monitor
 
     @app.get("/metrics")
-    async def metrics() -> Response:  # the background render's bytes (a fresh render before the first)
+    async def metrics(request: Request) -> Response:  # the background render's bytes (a fresh one before)
+        latest = monitor.exposition.latest
+        if latest is not None and latest.gzipped and "gzip" in request.headers.get("accept-encoding", ""):
+            return Response(latest.gzipped, media_type=CONTENT_TYPE_LATEST,
+                            headers={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
         return Response(monitor.metrics_text(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")

@@ -87,6 +87,7 @@ class Spreader:
         current = self.collector.targets
         for name in [n for n, s in self.scheduled.items() if current.get(n) is not s]:
             del self.scheduled[name]
+            self._seen.discard(name)
         for name, state in list(current.items()):
             if name not in self.scheduled:
                 self.scheduled[name] = state

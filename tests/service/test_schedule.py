@@ -5,6 +5,7 @@ staleness said out loud, derivation after each target's own scrape equal to deri
 from __future__ import annotations
 
 import asyncio
+import gzip
 import statistics
 import time
 from collections.abc import Callable
@@ -217,6 +218,7 @@ def test_pre_rendered_metrics_equal_a_fresh_render() -> None:
     monitor.publish()
     assert monitor.exposition.latest is not None and monitor.exposition.latest.sequence == 2
     assert monitor.exposition.latest.body == fresh  # the cached label texts change nothing
+    assert gzip.decompress(monitor.exposition.latest.gzipped) == fresh  # what gzip-accepting scrapers get
 
 
 # -- the real app under 200 targets --------------------------------------------------------------
@@ -249,7 +251,11 @@ def test_healthz_and_metrics_answer_while_200_targets_are_scraped() -> None:
                 time.sleep(0.05)
             status = client.get("/api/v1/status").json()
             ready = client.get("/readyz").status_code
+            packed = client.get("/metrics", headers={"Accept-Encoding": "gzip"})
+            plain = client.get("/metrics", headers={"Accept-Encoding": "identity"})
     assert ready == 200
+    assert packed.headers["content-encoding"] == "gzip" and "content-encoding" not in plain.headers
+    assert 'inference_target_up{target="t199"} 1.0' in packed.text  # httpx decodes it
     rows = status["layers"]["service"]["targets"]
     assert len(rows) == 200 and all(r["up"] for r in rows)
     schedule = status["layers"]["service"]["schedule"]
