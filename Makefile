@@ -32,6 +32,8 @@ bench: $(STAMP) tools
 	$(PY) -m bench.service_scrape
 	$(PY) -m bench.memory_serve
 	$(PY) -m bench.infra_collect
+	$(PY) -m bench.http_client
+	$(PY) -m bench.scale
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
