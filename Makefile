@@ -36,6 +36,8 @@ bench: $(STAMP) tools
 	$(PY) -m bench.cost_tick
 	$(PY) -m bench.alert_latency
 	$(PY) -m bench.alert_delivery
+	$(PY) -m bench.http_client
+	$(PY) -m bench.scale
 
 # dashboards/*.json and deploy/k8s/{prometheusrule,grafana-dashboards}.yaml from the catalog and alerts/
 dashboards: $(STAMP)
