@@ -146,5 +146,17 @@ def rules_recording(
     typer.echo(rule_file_text(chosen, service.baseline_window.text, objectives), nl=False)
 
 
+db = typer.Typer(help="The history database (SQLite or PostgreSQL).", no_args_is_help=True)
+app.add_typer(db, name="db")
+
+
+@db.command("upgrade")
+def db_upgrade(config: ConfigOption = None) -> None:
+    """Migrate the database of storage.url to the newest schema (serve also does this at start)."""
+    from monitor.store.dbcli import upgrade_command
+
+    raise typer.Exit(upgrade_command(_settings(config).storage.url))
+
+
 if __name__ == "__main__":
     app()

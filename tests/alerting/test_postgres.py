@@ -4,46 +4,24 @@ exactly once after an outage, two replicas sharing the database send once)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import httpx
-import pytest
-from sqlalchemy import create_engine, text
 
 from monitor.alerting.delivery import Delivery
 from monitor.config import AlertingSettings
 from monitor.store.session import Store
 from tests.alerting.helpers import Clock, alert, receiver
 from tests.alerting.imserver import ImServer
-from tests.alerting.postgres import postgres_server
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with postgres_server() as url:
-        yield url
-
-
-@pytest.fixture
-def database(server: str, request: pytest.FixtureRequest) -> Iterator[str]:
-    name = "t_" + request.node.name.lower().replace("[", "_").replace("]", "")[:50]
-    admin = create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    yield server.rsplit("/", 1)[0] + "/" + name
-    with admin.connect() as conn:
-        conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
-    admin.dispose()
-
-
-def test_outage_then_exactly_once_on_postgres(database: str) -> None:
+def test_outage_then_exactly_once_on_postgres(pg_url: str) -> None:
     clock = Clock()
     with ImServer() as im:
         im.down("webhook")
         rx = [receiver(im, "webhook", group_wait="1s"), receiver(im, "wecom", group_wait="1s")]
 
         async def main() -> list[dict[str, object]]:
-            store = Store(database)
+            store = Store(pg_url)
             async with httpx.AsyncClient() as client:
                 d = Delivery(AlertingSettings(receivers=rx), store.engine, client, clock)
                 assert d.store([alert(gpu="1"), alert("TargetDown", target="a")], "embedded") == 2
@@ -65,13 +43,13 @@ def test_outage_then_exactly_once_on_postgres(database: str) -> None:
         assert all(r["deliveries"] == {"webhook-rx": "sent", "wecom-rx": "sent"} for r in recent)
 
 
-def test_two_replicas_on_postgres_send_once(database: str) -> None:
+def test_two_replicas_on_postgres_send_once(pg_url: str) -> None:
     clock = Clock()
     with ImServer() as im:
         rx = [receiver(im, "webhook", group_wait="1s"), receiver(im, "feishu", group_wait="1s")]
 
         async def main() -> None:
-            stores = [Store(database), Store(database)]
+            stores = [Store(pg_url), Store(pg_url)]
             async with httpx.AsyncClient() as client:
                 a, b = (Delivery(AlertingSettings(receivers=rx), s.engine, client, clock) for s in stores)
                 a.enqueue([alert(gpu="1"), alert("TargetDown", target="x")], "embedded")
