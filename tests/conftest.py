@@ -44,8 +44,12 @@ def pg_url(pg_server: str, request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The storage tests run on both databases: a SQLite file and a real PostgreSQL server."""
+def store_url(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The storage tests run on both databases: a SQLite file and a real PostgreSQL server.
+    Also set as INFERMON_STORAGE__URL, which wins over the tests' default in-memory store."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'history.db'}"
-    return str(request.getfixturevalue("pg_url"))
+        url = f"sqlite:///{tmp_path / 'history.db'}"
+    else:
+        url = str(request.getfixturevalue("pg_url"))
+    monkeypatch.setenv("INFERMON_STORAGE__URL", url)
+    return url

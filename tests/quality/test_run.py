@@ -35,6 +35,7 @@ def test_second_run_makes_no_judge_call_unless_forced(tmp_path: Path, store_url:
     script = JudgeScript()
     with judge_server(script) as url:
         settings = quality_settings(tmp_path, url, store_url)
+        assert settings.storage.url == store_url
         seed(settings, make_samples(30))
         first = run(settings)
         assert [(o.status, o.sampled, o.available) for o in first.outcomes] == [("judged", 20, 30)]
@@ -68,6 +69,7 @@ def _judged_prompts(script: JudgeScript) -> set[str]:
 def test_baseline_from_previous_days_gives_drift_numbers(tmp_path: Path, store_url: str) -> None:
     with judge_server(JudgeScript()) as url:
         settings = quality_settings(tmp_path, url, store_url)
+        assert settings.storage.url == store_url
         for n in range(1, 4):  # three baseline days of ~60-token answers
             day = f"2026-11-{29 - n:02d}"
             seed(settings, make_samples(20, day_start=days_before(n), prefix=f"b{n}"))
