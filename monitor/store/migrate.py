@@ -57,3 +57,23 @@ def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str | N
             command.upgrade(alembic_config(conn), revision)
         after = MigrationContext.configure(conn).get_current_revision()
     return before, after
+
+
+def new_revision(message: str) -> None:
+    """Write the next migration script: autogenerate from the models against a database at head.
+    (`python -m monitor.store.migrate "add table x"`, then read and tidy what it wrote.)"""
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import StaticPool
+
+    engine = create_engine("sqlite://", poolclass=StaticPool)
+    upgrade(engine)
+    number = f"{len(revisions()) + 1:04d}"
+    with engine.begin() as conn:
+        command.revision(alembic_config(conn), message=message, autogenerate=True, rev_id=number)
+    engine.dispose()
+
+
+if __name__ == "__main__":
+    import sys
+
+    new_revision(" ".join(sys.argv[1:]) or "schema change")
