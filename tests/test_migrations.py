@@ -130,13 +130,21 @@ def test_cli_db_upgrade(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_cli_db_upgrade_unreachable_server_hides_the_password(monkeypatch: pytest.MonkeyPatch) -> None:
-    import socket
+    from tests.alerting.test_alertmanager import free_port
 
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nobody listens there
     monkeypatch.setenv("INFERMON_STORAGE__URL", f"postgresql+psycopg://monitor:s3cret@127.0.0.1:{port}/infermon")
     result = CliRunner().invoke(app, ["db", "upgrade"])
     assert result.exit_code == 1
     assert "cannot upgrade postgresql+psycopg://monitor:***@127.0.0.1" in result.output
     assert "s3cret" not in result.output
+
+
+def test_serve_with_an_unreachable_database_says_so_without_the_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.alerting.test_alertmanager import free_port
+
+    monkeypatch.setenv("INFERMON_STORAGE__URL", f"postgresql+psycopg://monitor:s3cret@127.0.0.1:{free_port()}/x")
+    result = CliRunner().invoke(app, ["serve", "--port", "0"])
+    assert result.exit_code == 1
+    assert "database error: postgresql+psycopg://monitor:***@127.0.0.1" in result.output
+    assert "Connection refused" in result.output and "s3cret" not in result.output

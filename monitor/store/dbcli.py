@@ -12,6 +12,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from monitor.store.migrate import upgrade
 
 
+def describe_error(url: str, exc: SQLAlchemyError) -> str:
+    """`<url without its password>: <error>: <the driver's first line>` (refused, auth failed, ...)."""
+    reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+    return f"{make_url(url).render_as_string(hide_password=True)}: {type(exc).__name__}: {reason}"
+
+
 def upgrade_command(url: str) -> int:
     """Exit status: 0 at head, 1 when the database cannot be reached or migrated."""
     parsed = make_url(url)
@@ -22,9 +28,7 @@ def upgrade_command(url: str) -> int:
     try:
         before, after = upgrade(engine)
     except SQLAlchemyError as exc:
-        # the driver's first line names the cause (refused, auth failed); the URL shown hides the password
-        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        typer.secho(f"cannot upgrade {shown}: {type(exc).__name__}: {reason}", err=True, fg=typer.colors.RED)
+        typer.secho(f"cannot upgrade {describe_error(url, exc)}", err=True, fg=typer.colors.RED)
         return 1
     finally:
         engine.dispose()

@@ -7,6 +7,7 @@ replicas starting together migrate once: the second waits, then finds the schema
 
 from __future__ import annotations
 
+import logging
 from functools import lru_cache
 from pathlib import Path
 
@@ -16,6 +17,10 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
+
+log = logging.getLogger("monitor.store.migrate")
+# Alembic says "Context impl ..." each time a context is made: once per start is our own line below.
+logging.getLogger("alembic.runtime.migration").setLevel(logging.WARNING)
 
 SCRIPTS = Path(__file__).with_name("migrations")
 LOCK_KEY = 0x1F3E_4D0B  # pg_advisory_xact_lock key: "infermon schema"
@@ -56,6 +61,8 @@ def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str | N
         if before != head() or revision != "head":
             command.upgrade(alembic_config(conn), revision)
         after = MigrationContext.configure(conn).get_current_revision()
+    if before != after:
+        log.info("database schema upgraded from %s to %s", before or "empty", after)
     return before, after
 
 
