@@ -41,6 +41,7 @@ bench: $(STAMP) tools
 	$(PY) -m bench.cost_tick
 	$(PY) -m bench.alert_latency
 	$(PY) -m bench.alert_delivery
+	$(PY) -m bench.store_migrate
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
