@@ -105,3 +105,19 @@ def test_a_conflict_that_persists_is_raised_after_three_tries() -> None:
     with pytest.raises(IntegrityError):
         retry_conflicts(always_conflicts)
     assert len(tries) == 3
+
+
+def test_both_replicas_save_the_same_new_alert_state_at_once(pg_url: str) -> None:
+    from monitor.store.alerting_state import StoredAlert, load_alert_states, save_alert_states
+
+    stores = [Store(pg_url), Store(pg_url)]
+    try:
+        for n in range(ROUNDS):
+            state = StoredAlert("rules.yml/g/EngineDown", f"fp{n:014d}", {"alertname": "EngineDown"}, {},
+                                "pending", 100.0 + n, None, None, 0.0)
+            together([lambda s=s, state=state: save_alert_states(s.engine, [state], []) for s in stores])
+        assert sorted(a.fingerprint for a in load_alert_states(stores[0].engine)) == [
+            f"fp{n:014d}" for n in range(ROUNDS)]
+    finally:
+        for s in stores:
+            s.close()
