@@ -17,6 +17,11 @@ tools:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager docker-compose >/dev/null; \
 	  else echo "install the Debian packages 'prometheus', 'prometheus-alertmanager' and 'docker-compose' for the integration tests"; fi; }
+	@# PostgreSQL server binaries: the storage tests start their own private cluster (tests/postgres.py)
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	  else echo "install the Debian package 'postgresql' for the PostgreSQL storage tests"; fi; }
 
 demo: $(STAMP)
 	$(VENV)/bin/infermon demo $(DEMO_ARGS)
@@ -38,6 +43,7 @@ bench: $(STAMP) tools
 	$(PY) -m bench.alert_delivery
 	$(PY) -m bench.http_client
 	$(PY) -m bench.scale
+	$(PY) -m bench.store_migrate
 
 # dashboards/*.json and deploy/k8s/{prometheusrule,grafana-dashboards}.yaml from the catalog and alerts/
 dashboards: $(STAMP)

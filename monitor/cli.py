@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 import uvicorn
+from sqlalchemy.exc import SQLAlchemyError
 
 from monitor.config import ConfigError, Settings, load_settings
 
@@ -53,6 +54,11 @@ def serve(
     except ConfigError as exc:  # an alert rule file that cannot be loaded
         typer.secho(f"configuration error:\n{exc}", err=True, fg=typer.colors.RED)
         raise typer.Exit(2) from None
+    except SQLAlchemyError as exc:  # storage.url unreachable, or its schema cannot be migrated
+        from monitor.store.dbcli import describe_error
+
+        typer.secho(f"database error: {describe_error(settings.storage.url, exc)}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(1) from None
     api = create_app(monitor)
     uvicorn.run(api, host=settings.server.host, port=settings.server.port,
                 log_level=settings.server.log_level, access_log=False)
@@ -144,6 +150,18 @@ def rules_recording(
         raise typer.Exit(2) from None
     objectives = {"ttft": service.slo.ttft.seconds, "tpot": service.slo.tpot.seconds}
     typer.echo(rule_file_text(chosen, service.baseline_window.text, objectives), nl=False)
+
+
+db = typer.Typer(help="The history database (SQLite or PostgreSQL).", no_args_is_help=True)
+app.add_typer(db, name="db")
+
+
+@db.command("upgrade")
+def db_upgrade(config: ConfigOption = None) -> None:
+    """Migrate the database of storage.url to the newest schema (serve also does this at start)."""
+    from monitor.store.dbcli import upgrade_command
+
+    raise typer.Exit(upgrade_command(_settings(config).storage.url))
 
 
 if __name__ == "__main__":
