@@ -17,6 +17,11 @@ tools:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; \
 	  else echo "install the Debian packages 'prometheus' and 'prometheus-alertmanager' for the integration tests"; fi; }
+	@# Chromium drives the overview page's browser tests (Playwright with executable_path, no download).
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else echo "install the Debian packages 'chromium' and 'chromium-driver' for the browser tests"; fi; }
 
 demo: $(STAMP)
 	$(VENV)/bin/infermon demo $(DEMO_ARGS)
@@ -36,6 +41,7 @@ bench: $(STAMP) tools
 	$(PY) -m bench.cost_tick
 	$(PY) -m bench.alert_latency
 	$(PY) -m bench.alert_delivery
+	$(PY) -m bench.overview_page
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

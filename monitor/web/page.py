@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, FastAPI
-from fastapi.responses import HTMLResponse
+from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
@@ -39,6 +39,10 @@ def add_overview_routes(app: FastAPI, monitor: Monitor) -> None:
     @router.get("/", response_class=HTMLResponse)
     async def page() -> HTMLResponse:  # on the loop, like /metrics: no race with the collectors
         return HTMLResponse(render_page(template, monitor))
+
+    @router.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> FileResponse:  # every page gets one (the quality report too): no 404 in consoles
+        return FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml")
 
     app.include_router(router)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
