@@ -169,6 +169,12 @@ def test_the_demo_log_holds_no_per_job_lines(demo: Demo) -> None:
     assert per_job == []
     assert len(logged) < 40, "\n".join(logged)  # state changes only: tens of lines, not one per job run
     assert "Traceback" not in text
+    # the quality alerts fire in the first minute: delivered to the demo's own webhook sink, shown on the page
+    assert re.search(r"monitor\.demo\.webhook: webhook received: firing \w+", text), text
+    sent = [t for t in overview_of(demo.url)["alerts"]["recent"] if t["deliveries"].get("demo-webhook") == "sent"]
+    assert sent
+    html = httpx.get(f"{demo.url}/", timeout=5).text
+    assert "demo-webhook: sent" in html
 
 
 def test_a_target_taken_down_turns_red_within_one_refresh() -> None:
