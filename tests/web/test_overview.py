@@ -51,6 +51,9 @@ def test_every_section_shows_the_numbers_of_the_views() -> None:
     assert cell(b_row, "ttft_p99") == ms(b.quantiles["ttft"][0.99])
     assert cell(b_row, "tpot_p50") == ms(b.quantiles["tpot"][0.5])
     assert cell(b_row, "errors") == pct(b.error_ratio, 2)
+    fleet = monitor.service.view.fleet[(model, "30s")]
+    assert cell(row(html, "fleet", model), "rps") == num(fleet.requests_per_second, 2)
+    assert fleet.requests_per_second and fleet.requests_per_second > b.requests_per_second
     gpu = monitor.infra.view.gpus[0]
     assert gpu.reading is not None
     g_row = row(html, "gpu", "n1/0")
