@@ -92,7 +92,7 @@ def ago(ts: Any, now: float) -> str:
 
 
 def clock(ts: Any) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(ts)) if _ok(ts) else "–"
+    return time.strftime("%H:%M:%S", time.gmtime(ts)) if _ok(ts) else "–"  # UTC, as the alerts' times
 
 
 def by_unit(value: Any, unit: str) -> str:

@@ -98,8 +98,17 @@ def spend_card(html: str) -> str:
     return found.group(1)
 
 
+def charts_filled(url: str, timeout_s: float = 30.0) -> None:
+    """Two samples of every headline series: each chart draws a line."""
+    deadline = time.monotonic() + timeout_s
+    while any(len(c["points"]) < 2 for c in overview_of(url)["charts"]):
+        assert time.monotonic() < deadline, "the charts did not fill"
+        time.sleep(1)
+
+
 def test_every_layer_in_the_browser_matches_status_and_metrics(demo: Demo, tmp_path: Path) -> None:
     all_four_layers(demo.url)
+    charts_filled(demo.url)
     with browser_page() as (page, seen):
         before, metrics_before = overview_of(demo.url), httpx.get(f"{demo.url}/metrics", timeout=5).text
         page.goto(f"{demo.url}/", wait_until="load")
@@ -116,6 +125,7 @@ def test_every_layer_in_the_browser_matches_status_and_metrics(demo: Demo, tmp_p
     assert outside == [] and any(u.endswith("/static/overview.css") for u in seen.requests)
     assert overflow <= 0, "the page is wider than a phone's screen"
     assert (shots / "overview.png").stat().st_size > 10_000
+    assert html.count("<polyline") == 4 and "no data yet" not in html
     # The numbers of one of the two snapshots around the page load (a collection may fall between).
     sim = row(html, "target", "vllm-sim")
     gpu = row(html, "gpu", "demo-h200/0")
