@@ -22,6 +22,11 @@ tools:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
 	  else echo "install the Debian package 'postgresql' for the PostgreSQL storage tests"; fi; }
+	@# Chromium drives the overview page's browser tests (Playwright with executable_path, no download).
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else echo "install the Debian packages 'chromium' and 'chromium-driver' for the browser tests"; fi; }
 
 demo: $(STAMP)
 	$(VENV)/bin/infermon demo $(DEMO_ARGS)
@@ -44,6 +49,7 @@ bench: $(STAMP) tools
 	$(PY) -m bench.http_client
 	$(PY) -m bench.scale
 	$(PY) -m bench.store_migrate
+	$(PY) -m bench.overview_page
 
 # dashboards/*.json and deploy/k8s/{prometheusrule,grafana-dashboards}.yaml from the catalog and alerts/
 dashboards: $(STAMP)

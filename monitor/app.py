@@ -84,6 +84,9 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
         active = monitor.alerting.active() if monitor.alerting else []
         return {"active": active, "transitions": monitor.transitions()}
     add_alertmanager_route(app, monitor.delivery, monitor.settings.api.token)
+    from monitor.web.page import add_overview_routes
+
+    add_overview_routes(app, monitor)
 
     return app
 

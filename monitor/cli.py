@@ -35,6 +35,8 @@ def _logging(level: str) -> None:
     logging.getLogger("httpx2").setLevel(max(logging.WARNING, logging.getLogger().level))  # the openai SDK's
     # APScheduler logs two INFO lines per job run: the canary's dispatcher ticks every second.
     logging.getLogger("apscheduler.executors").setLevel(max(logging.WARNING, logging.getLogger().level))
+    # ... and one per job added at start-up: the monitor logs state changes, not its own plumbing.
+    logging.getLogger("apscheduler.scheduler").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 @app.command()
@@ -107,6 +109,25 @@ def check(config: ConfigOption = None) -> None:
 
     if not asyncio.run(probe()):
         raise typer.Exit(1)
+
+
+@app.command()
+def status(
+    url: Annotated[str, typer.Option(help="The running monitor")] = "http://127.0.0.1:9480",
+) -> None:
+    """The overview of a running monitor; exit 0 when every layer is fine, 1 when something is
+    down or firing, 2 when the monitor cannot be asked."""
+    from rich.console import Console
+
+    from monitor.web.terminal import StatusError, exit_code, fetch_overview, print_overview
+
+    try:
+        overview = fetch_overview(url)
+    except StatusError as exc:
+        typer.secho(f"cannot read the monitor's status: {exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+    print_overview(Console(), overview, url)
+    raise typer.Exit(exit_code(overview))
 
 
 def _check_rules(settings: Settings) -> None:

@@ -43,6 +43,8 @@ from monitor.service.schedule import Spreader, render_schedule
 from monitor.service.scrape import pool_limits
 from monitor.store.quality import QualityStore
 from monitor.store.session import Store
+from monitor.web.history import History
+from monitor.web.overview import headline, overview
 
 log = logging.getLogger("monitor.runtime")
 
@@ -145,6 +147,7 @@ class Monitor:
         ]
         renderers.append(lambda: render_delivery(self.delivery))
         self.registry = make_registry(renderers)
+        self.history = History()  # the overview page's last hour of headline series
         self.writer = TextWriter()
         # alerting: the rule files evaluated in-process on what /metrics exports
         self.transitions: Transitions = transitions or (lambda: self.delivery.recent(50))
@@ -166,6 +169,8 @@ class Monitor:
             job.ran = True
         if job.name in ("service", "infra") and self.exposition.latest is None:
             await self.evaluate_alerts()  # on fresh data, not up to an interval later (serving: after each publish)
+        if job.name == "cost":  # cost runs after service and infra: one sample of the page's charts
+            self.sample_history()
 
     async def run_once(self) -> None:
         for job in self.jobs:
@@ -250,7 +255,11 @@ class Monitor:
             "collectors": [entry.as_dict() for entry in self.health.entries.values()],
             "recent_events": self.store.recent_events(20),
             "alerting": self.alerting.status() if self.alerting else {"enabled": False},
+            "overview": overview(self),  # the numbers of the page at / and of `infermon status`
         }
+
+    def sample_history(self) -> None:
+        self.history.add(self.wall(), headline(self.service.view, self.infra.view, self.cost.view))
 
     def reload(self) -> bool:
         """SIGHUP: read the configuration file again. A broken file keeps the running configuration
