@@ -33,8 +33,6 @@ NO_DATA = {
     ("infrastructure.json", "MIG instance memory used"): "the replayed H200 is not MIG-partitioned",
     ("infrastructure.json", "Uncorrected ECC errors in the range"):
         "the H200 recording holds no ECC counter (NVML and dcgm-exporter readings do)",
-    ("overview.json", "Oldest undelivered notification"): "the demo configures no alert receivers",
-    ("overview.json", "Notifications sent"): "the demo configures no alert receivers",
     ("cost.json", "$/token against its baseline"):
         "needs a full trailing baseline window (service.baseline_window, 10 min in the demo) before the window",
 }
