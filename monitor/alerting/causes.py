@@ -3,20 +3,21 @@
 The context is reduced to named signals (below); each rule is data: an id, conditions on
 signals (a signal the context lacks fails its condition: an omitted fact never matches), and
 one sentence. The first rule that matches wins, so the table runs from the most specific
-evidence to the most generic: an engine that is down explains everything, its own errors or a
-full KV cache are mechanisms of the engine itself, GPU memory and clock throttling are the
-hardware under it, a growing queue on busy GPUs is plain overload, and a throughput drop with
-an empty queue is less traffic, not a slower engine. `unknown` says which facts were checked.
+evidence to the most generic: an engine that is down explains everything; what the engine itself
+reports (its errors, a full KV cache, a queue on busy GPUs) comes before the hardware readings
+under it, because a busy GPU near its power cap is routine (the recorded H200 shows sw_power_cap
+whenever it is busy) and explains a slowdown only where the engine shows none; a throughput drop
+with an empty queue is less traffic, not a slower engine. `unknown` says which facts were checked.
 
 | id                | when (thresholds: `alerting.causes`)                                     |
 |-------------------|--------------------------------------------------------------------------|
 | target_down       | a target of the alert does not answer                                    |
 | engine_errors     | error ratio >= error_ratio on a target that answers                      |
 | kv_cache_pressure | KV cache >= kv_cache_ratio and preemptions/s > preemptions_per_second    |
-| gpu_memory        | GPU memory used >= gpu_memory_ratio                                      |
-| gpu_throttling    | one of throttle_reasons active on the GPUs                               |
 | queue_saturation  | waiting >= queue_waiting while the GPUs are >= gpu_busy_ratio busy (or,  |
 |                   | with no GPU readings for the target, while it runs requests)             |
+| gpu_memory        | GPU memory used >= gpu_memory_ratio                                      |
+| gpu_throttling    | one of throttle_reasons active on the GPUs                               |
 | traffic_drop      | throughput < throughput_baseline_ratio of its baseline, nobody waiting   |
 | unknown           | none of the above                                                        |
 """
@@ -60,15 +61,15 @@ CAUSES: tuple[CauseRule, ...] = (
     CauseRule("kv_cache_pressure", (_c("kv_cache", ">=", "kv_cache_ratio"),
                                     _c("preemptions", ">", "preemptions_per_second")),
               "the KV cache is {kv_cache} full and the engine preempts {preemptions} requests/s to make room."),
-    CauseRule("gpu_memory", (_c("gpu_memory", ">=", "gpu_memory_ratio"),),
-              "GPU memory is {gpu_memory} used on {gpus}: out-of-memory risk."),
-    CauseRule("gpu_throttling", (_c("gpu_throttled", ">", 0),),
-              "the clocks of {throttled_gpus} are held back ({throttle_reasons}): the GPUs run slower than they can."),
     CauseRule("queue_saturation", (_c("waiting", ">=", "queue_waiting"), _c("gpu_utilization", ">=", "gpu_busy_ratio")),
               "{waiting} requests wait while the GPUs are {gpu_utilization} busy: more load than capacity."),
     CauseRule("queue_saturation", (_c("waiting", ">=", "queue_waiting"), _c("gpu_readings", "==", 0),
                                    _c("running", ">", 0)),
               "{waiting} requests wait behind {running} running (no GPU readings for it): more load than capacity."),
+    CauseRule("gpu_memory", (_c("gpu_memory", ">=", "gpu_memory_ratio"),),
+              "GPU memory is {gpu_memory} used on {gpus}: out-of-memory risk."),
+    CauseRule("gpu_throttling", (_c("gpu_throttled", ">", 0),),
+              "the clocks of {throttled_gpus} are held back ({throttle_reasons}): the GPUs run slower than they can."),
     CauseRule("traffic_drop", (_c("throughput_baseline", "<", "throughput_baseline_ratio"), _c("waiting", "==", 0)),
               "throughput is at {throughput_baseline} of its baseline with nobody waiting: less traffic, "
               "not a slower engine."),

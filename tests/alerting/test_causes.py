@@ -23,9 +23,9 @@ SCENARIOS = {
     "engine_errors": views([target(error_ratio=0.2)], [gpu(util=0.99, reasons=("sw_power_cap",))]),
     "kv_cache_pressure": views([target(kv=0.97, waiting=30, preemptions_per_second=2.5)],
                                [gpu(util=0.99, reasons=("hw_thermal",))]),
-    "gpu_memory": views([target(waiting=10)], [gpu(util=0.99, mem=0.97, reasons=("sw_power_cap",))]),
-    "gpu_throttling": views([target(waiting=10)], [gpu(util=0.99, reasons=("gpu_idle", "sw_thermal"))]),
-    "queue_saturation": views([target(waiting=12, running=64)], [gpu(util=0.98, reasons=("gpu_idle",))]),
+    "gpu_memory": views([target(waiting=2)], [gpu(util=0.99, mem=0.97, reasons=("sw_power_cap",))]),
+    "gpu_throttling": views([target(waiting=2)], [gpu(util=0.99, reasons=("gpu_idle", "sw_thermal"))]),
+    "queue_saturation": views([target(waiting=12, running=64)], [gpu(util=0.98, reasons=("sw_power_cap",))]),
     "traffic_drop": views([target(throughput_baseline_ratio=0.4, waiting=0)], [gpu(util=0.2)]),
     "unknown": views([target()], [gpu()]),
 }

@@ -88,6 +88,8 @@ class Scenario:
     profile: LatencyProfile = FAST
     load: dict[str, Any] = field(default_factory=dict)
     warmup: tuple[float, int] | None = None  # (rps, cycles) with no fault first: a throughput baseline
+    quiet: int = 0  # cycles at `rps` before the faults start
+    baseline: str = "1m"  # service.baseline_window
 
 
 SCENARIOS = {
@@ -99,11 +101,11 @@ SCENARIOS = {
         load={"prompt_words": (30, 40), "max_tokens": None}),
     "gpu_memory": Scenario([("latency_spike", 12.0)], rps=5, gpu_t=MEMFILL_T, causes={"gpu_memory_ratio": 0.9}),
     "gpu_throttling": Scenario([("latency_spike", 12.0)], rps=5, gpu_t=BURN_T),
-    # sw_power_cap is what a busy H200 always shows: not counted here, the queue is the story
-    "queue_saturation": Scenario([("latency_spike", 12.0)], rps=60, gpu_t=BURN_T, engine={"max_num_seqs": 4},
-                                 causes={"throttle_reasons": ["hw_thermal", "sw_thermal", "hw_slowdown"]}),
-    "traffic_drop": Scenario([("latency_spike", 12.0)], rps=2, warmup=(40, 6)),
-    "unknown": Scenario([("latency_spike", 12.0)], rps=3),
+    # the busy H200 is at its power cap too (sw_power_cap): the queue comes first in the table
+    "queue_saturation": Scenario([("latency_spike", 12.0)], rps=60, gpu_t=BURN_T, engine={"max_num_seqs": 4}),
+    # 3 minutes (12 cycles) of busy traffic are the baseline; then a trickle, then slow prefill
+    "traffic_drop": Scenario([("latency_spike", 12.0)], rps=3, warmup=(40, 12), quiet=2, baseline="3m"),
+    "unknown": Scenario([("latency_spike", 12.0)], rps=3, baseline="10m"),  # no baseline yet: nothing to compare
 }
 
 
@@ -113,7 +115,7 @@ def settings_for(scenario: Scenario, sim_url: str, rules: Path) -> Any:
     if gpu:
         target.update({"node": "node-a", "gpus": [0]})
     return load_settings(None, {
-        "service": {"targets": [target], "windows": ["1m"], "baseline_window": "1m", "scrape_interval": "15s"},
+        "service": {"targets": [target], "windows": ["1m"], "baseline_window": scenario.baseline},
         "infra": {"node": "node-a", "timeout": "2s", "nvml": {"enabled": "true" if gpu else "false"}},
         "alerting": {"rules_files": [str(rules)], "causes": scenario.causes},
     })
@@ -148,6 +150,8 @@ async def drive(scenario: Scenario, rules: Path, stop_sim: bool = False) -> tupl
             for _ in range(scenario.warmup[1]):
                 await cycle()
         load(scenario.rps)
+        for _ in range(scenario.quiet):
+            await cycle()
         for kind, magnitude in scenario.faults:
             engine.inject(kind, magnitude)
         for _ in range(12):
