@@ -118,7 +118,7 @@ async def run_demo(port: int = 9480, duration: float | None = None) -> None:
                 await asyncio.wait_for(task, 10)
 
 
-DEMO_MAX_NUM_SEQS = 48  # room for the demo's load (~18 running, ~30 in a latency spike), not for 4x slower decoding
+DEMO_MAX_NUM_SEQS = 48  # room for the demo's load (~18 running, ~30 in a latency spike), not for 6x slower decoding
 
 
 def _gpu_follows_the_cycle(monitor: Monitor, sim: SimulatedEngine) -> None:

@@ -57,6 +57,7 @@ class GpuFacts:
     power_limit_watts: float | None = None
     clock_events: tuple[str, ...] | None = None  # None: the GPU does not report them
     targets: tuple[str, ...] = ()
+    seen: bool = True  # False: no source shows this GPU (mapped, or named by an alert, only)
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,8 @@ def build_context(labels: Mapping[str, str], views: Views) -> Context:
     elif labels.get("node") and labels.get("gpu"):
         gpu_keys = ((labels["node"], labels["gpu"]),)
         target_names = views.topology.targets_of(labels["node"], labels["gpu"])
+        if not target_names and not any((g.node, g.gpu) == gpu_keys[0] for g in views.infra.gpus):
+            return Context()  # a GPU the monitor does not know (another exporter's, in the fleet)
     elif labels.get("model"):
         target_names = tuple(name for name, t in views.service.targets.items() if labels["model"] in _models(t))
         gpu_keys = tuple(key for name in target_names for key in views.topology.gpus_of(name))
@@ -150,7 +153,7 @@ def _gpu_facts(views: Views, key: tuple[str, str]) -> GpuFacts:
     targets = views.topology.targets_of(node, index)
     state: GpuState | None = next((g for g in views.infra.gpus if (g.node, g.gpu) == key), None)
     if state is None or not state.up or state.reading is None:
-        return GpuFacts(node, index, up=False, targets=targets)
+        return GpuFacts(node, index, up=False, targets=targets, seen=state is not None)
     reading = state.reading
     mask = reading.clock_event_mask
     events = None if mask is None else tuple(r for r, bit in CLOCK_EVENT_REASONS.items() if mask & bit)

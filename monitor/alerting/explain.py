@@ -79,7 +79,10 @@ def _target_lines(facts: TargetFacts) -> list[str]:
 
 def _gpu_lines(facts: GpuFacts, models: Mapping[str, list[str]]) -> list[str]:
     head = f"GPU {facts.node}/{facts.gpu}"
-    lines = [f"{head} up: no (no readings)"] if not facts.up else _lines(head, facts, _GPU_LINES)
+    if not facts.seen:
+        lines = [f"{head} readings: none (no GPU source shows it)"]
+    else:
+        lines = [f"{head} up: no (no readings)"] if not facts.up else _lines(head, facts, _GPU_LINES)
     if facts.up and facts.power_watts is not None:
         limit = facts.power_limit_watts
         of_limit = f" of {limit:.4g} W ({_pct(facts.power_watts / limit)})" if limit else ""

@@ -178,8 +178,8 @@ def demo_schedule() -> FaultSchedule:
     faults = (
         Fault(1 * slot, 90.0, "latency_spike", 30.0), Fault(1 * slot, 90.0, "gpu_hold", GPU_BUSY),
         Fault(2 * slot, 90.0, "error_burst", 0.05), Fault(2 * slot, 90.0, "gpu_hold", GPU_IDLE),
-        Fault(3 * slot, 90.0, "throughput_drop", 4.0), Fault(3 * slot, 90.0, "gpu_hold", GPU_BUSY),
-        Fault(4 * slot, 90.0, "kv_pressure", 0.02), Fault(4 * slot, 90.0, "gpu_hold", GPU_IDLE),
+        Fault(3 * slot, 90.0, "throughput_drop", 6.0), Fault(3 * slot, 90.0, "gpu_hold", GPU_BUSY),
+        Fault(4 * slot, 90.0, "kv_pressure", 0.004), Fault(4 * slot, 90.0, "gpu_hold", GPU_IDLE),
         Fault(5 * slot, 90.0, "latency_spike", 30.0), Fault(5 * slot, 90.0, "gpu_hold", GPU_MEMFILL),
         Fault(6 * slot, 90.0, "engine_down", 1.0), Fault(6 * slot, 90.0, "gpu_hold", GPU_IDLE),
         Fault(7 * slot, 90.0, "latency_spike", 30.0), Fault(7 * slot, 90.0, "gpu_hold", GPU_IDLE),

@@ -138,6 +138,10 @@ def _check_gpu(metrics: dict[tuple[str, frozenset[tuple[str, str]]], float], nod
         return 1
     if label == "serves":
         return 0
+    if label == "readings":  # no source shows it: /metrics has no series of it either
+        assert not any(name.startswith("inference_gpu_") and {("node", node), ("gpu", index)} <= labels
+                       for name, labels in metrics)
+        return 1
     if label == "clock events":
         active = {dict(labels)["reason"] for (name, labels), v in metrics.items()
                   if name == "inference_gpu_clock_event_active" and v == 1.0

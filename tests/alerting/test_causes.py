@@ -104,6 +104,12 @@ def test_down_gpu_and_missing_quality_are_left_out_not_zero() -> None:
 
 def test_alert_placed_nowhere_gets_nothing() -> None:
     assert explain({"alertname": "NotificationsFailing", "receiver": "ops"}, SCENARIOS["unknown"], DEFAULTS) == {}
+    # a GPU no source of ours shows and no target maps to: nothing, rather than "down"
+    assert explain({"alertname": "GPUTemperatureHigh", "node": "elsewhere", "gpu": "3"}, SCENARIOS["unknown"],
+                   DEFAULTS) == {}
+    mapped_unseen = views([target()], [], gpus_of={"vllm-a": ["7"]})
+    text = explain(TTFT, mapped_unseen, DEFAULTS)["context"]
+    assert f"GPU {NODE}/7 readings: none (no GPU source shows it)" in text and "up: no" not in text
     assert explain({"alertname": "TTFTP99High", "target": "gone"}, views([], []), DEFAULTS) == {}
 
 
