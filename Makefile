@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint bench tools clean
+.PHONY: demo test lint bench tools clean dashboards
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -13,10 +13,20 @@ $(STAMP): pyproject.toml
 
 # The real prometheus/promtool binaries the integration tests compare against (Debian package).
 tools:
-	@command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/null || { \
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null && command -v prometheus-alertmanager >/dev/null && command -v docker-compose >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null; \
-	  else echo "install the Debian packages 'prometheus' and 'prometheus-alertmanager' for the integration tests"; fi; }
+	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager docker-compose >/dev/null; \
+	  else echo "install the Debian packages 'prometheus', 'prometheus-alertmanager' and 'docker-compose' for the integration tests"; fi; }
+	@# PostgreSQL server binaries: the storage tests start their own private cluster (tests/postgres.py)
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	  else echo "install the Debian package 'postgresql' for the PostgreSQL storage tests"; fi; }
+	@# Chromium drives the overview page's browser tests (Playwright with executable_path, no download).
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else echo "install the Debian packages 'chromium' and 'chromium-driver' for the browser tests"; fi; }
 
 demo: $(STAMP)
 	$(VENV)/bin/infermon demo $(DEMO_ARGS)
@@ -36,6 +46,14 @@ bench: $(STAMP) tools
 	$(PY) -m bench.cost_tick
 	$(PY) -m bench.alert_latency
 	$(PY) -m bench.alert_delivery
+	$(PY) -m bench.http_client
+	$(PY) -m bench.scale
+	$(PY) -m bench.store_migrate
+	$(PY) -m bench.overview_page
+
+# dashboards/*.json and deploy/k8s/{prometheusrule,grafana-dashboards}.yaml from the catalog and alerts/
+dashboards: $(STAMP)
+	$(PY) -m monitor.dashboards
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -21,17 +21,18 @@ from bench.promserver import PrometheusServer
 from monitor.config import load_settings
 from monitor.health import HealthBook
 from monitor.service.collector import ServiceCollector
+from monitor.service.scrape import fetch_page_core
 
 
 def variants(text: str, count: int) -> list[bytes]:
     return [grown(text, 1 + 0.01 * i).encode() for i in range(count)]
 
 
-async def measure(url: str, seconds: float) -> list[float]:
+async def measure(url: str, seconds: float) -> tuple[list[float], list[float]]:
     settings = load_settings(None, {"service": {
         "windows": ["1m", "5m"], "targets": [{"name": "bench", "url": url}]}}).service
     async with httpx.AsyncClient(trust_env=False) as client:
-        collector = ServiceCollector(settings, client, HealthBook())
+        collector = ServiceCollector(settings, client, HealthBook(), own_clients=True)  # as `infermon serve`
         timings = []
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
@@ -40,7 +41,15 @@ async def measure(url: str, seconds: float) -> list[float]:
             timings.append(time.perf_counter() - started)
             await asyncio.sleep(max(0.0, 1.0 - timings[-1]))
         assert collector.targets["bench"].up, collector.targets["bench"].error
-    return timings[3:]  # the first scrapes fill caches and windows
+        pool = collector.targets["bench"].pool
+        assert pool is not None
+        http = []  # the HTTP path alone, on the same kept-alive connection
+        for _ in range(50):
+            started = time.perf_counter()
+            await fetch_page_core(pool, url, 10.0, settings.max_page_bytes)
+            http.append(time.perf_counter() - started)
+        await collector.aclose()
+    return timings[3:], http[5:]  # the first scrapes fill caches and windows
 
 
 def main() -> None:
@@ -55,15 +64,18 @@ def main() -> None:
         with PrometheusServer(jobs, interval="1s") as prom:
             rows = []
             for path, text in pages.items():
-                ours = asyncio.run(measure(f"{server.base}{path}", args.seconds / 2))
+                ours, http = asyncio.run(measure(f"{server.base}{path}", args.seconds / 2))
                 job = path.strip("/")
                 expr = f'quantile_over_time(0.5, scrape_duration_seconds{{job="{job}"}}[{int(args.seconds)}s])'
                 result = prom.query(expr)
                 theirs = float(result[0]["value"][1])
-                rows.append((path, len(text), statistics.median(ours), theirs))
-    print(f"{'page':<8} {'bytes':>9} {'infermon ms':>12} {'prometheus ms':>14} {'ratio':>6}")
-    for path, size, ours_s, theirs_s in rows:
-        print(f"{path:<8} {size:>9} {ours_s * 1000:>12.2f} {theirs_s * 1000:>14.2f} {ours_s / theirs_s:>6.2f}")
+                rows.append((path, len(text), statistics.median(ours), statistics.median(http), theirs))
+    # infermon ms: scrape + parse + derive; http ms: the fetch alone; prometheus: scrape_duration_seconds
+    print(f"{'page':<8} {'bytes':>9} {'infermon ms':>12} {'http ms':>8} {'prometheus ms':>14} "
+          f"{'ratio':>6} {'http ratio':>10}")
+    for path, size, ours_s, http_s, theirs_s in rows:
+        print(f"{path:<8} {size:>9} {ours_s * 1000:>12.2f} {http_s * 1000:>8.2f} {theirs_s * 1000:>14.2f} "
+              f"{ours_s / theirs_s:>6.2f} {http_s / theirs_s:>10.2f}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -29,15 +29,21 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
         scheduler = AsyncIOScheduler(timezone=UTC)
         app.state.scheduler = scheduler
         _on_sighup(monitor)
+        loops: list[asyncio.Task[object]] = []
         if schedule:
             for job in monitor.jobs:
-                _add_job(scheduler, monitor, job)
+                if job.loop is None:
+                    _add_job(scheduler, monitor, job)
             scheduler.start()
+            loops = [asyncio.create_task(_run_loop(job), name=job.name) for job in monitor.jobs if job.loop]
         try:
             yield
         finally:
             if scheduler.running:
                 scheduler.shutdown(wait=False)
+            for task in loops:
+                task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
             await monitor.aclose()
             log.info("monitor stopped")
 
@@ -45,7 +51,11 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     app.state.monitor = monitor
 
     @app.get("/metrics")
-    async def metrics() -> Response:  # on the loop: no race with collectors
+    async def metrics(request: Request) -> Response:  # the background render's bytes (a fresh one before)
+        latest = monitor.exposition.latest
+        if latest is not None and latest.gzipped and "gzip" in request.headers.get("accept-encoding", ""):
+            return Response(latest.gzipped, media_type=CONTENT_TYPE_LATEST,
+                            headers={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
         return Response(monitor.metrics_text(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")
@@ -74,6 +84,9 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
         active = monitor.alerting.active() if monitor.alerting else []
         return {"active": active, "transitions": monitor.transitions()}
     add_alertmanager_route(app, monitor.delivery, monitor.settings.api.token, monitor.explainer)
+    from monitor.web.page import add_overview_routes
+
+    add_overview_routes(app, monitor)
 
     return app
 
@@ -84,6 +97,18 @@ def _on_sighup(monitor: Monitor) -> None:
         return
     with contextlib.suppress(NotImplementedError, RuntimeError):  # no signals on this platform/loop
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, monitor.reload)
+
+
+async def _run_loop(job: Job) -> object:
+    """A job that schedules itself (the service layer's spread scrapes); a crash is logged, not hidden."""
+    assert job.loop is not None
+    try:
+        return await job.loop()
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("job %s stopped", job.name)
+        raise
 
 
 def _add_job(scheduler: AsyncIOScheduler, monitor: Monitor, job: Job) -> None:

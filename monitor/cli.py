@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 import uvicorn
+from sqlalchemy.exc import SQLAlchemyError
 
 from monitor.config import ConfigError, Settings, load_settings
 
@@ -34,6 +35,8 @@ def _logging(level: str) -> None:
     logging.getLogger("httpx2").setLevel(max(logging.WARNING, logging.getLogger().level))  # the openai SDK's
     # APScheduler logs two INFO lines per job run: the canary's dispatcher ticks every second.
     logging.getLogger("apscheduler.executors").setLevel(max(logging.WARNING, logging.getLogger().level))
+    # ... and one per job added at start-up: the monitor logs state changes, not its own plumbing.
+    logging.getLogger("apscheduler.scheduler").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 @app.command()
@@ -53,6 +56,11 @@ def serve(
     except ConfigError as exc:  # an alert rule file that cannot be loaded
         typer.secho(f"configuration error:\n{exc}", err=True, fg=typer.colors.RED)
         raise typer.Exit(2) from None
+    except SQLAlchemyError as exc:  # storage.url unreachable, or its schema cannot be migrated
+        from monitor.store.dbcli import describe_error
+
+        typer.secho(f"database error: {describe_error(settings.storage.url, exc)}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(1) from None
     api = create_app(monitor)
     uvicorn.run(api, host=settings.server.host, port=settings.server.port,
                 log_level=settings.server.log_level, access_log=False)
@@ -103,6 +111,25 @@ def check(config: ConfigOption = None) -> None:
         raise typer.Exit(1)
 
 
+@app.command()
+def status(
+    url: Annotated[str, typer.Option(help="The running monitor")] = "http://127.0.0.1:9480",
+) -> None:
+    """The overview of a running monitor; exit 0 when every layer is fine, 1 when something is
+    down or firing, 2 when the monitor cannot be asked."""
+    from rich.console import Console
+
+    from monitor.web.terminal import StatusError, exit_code, fetch_overview, print_overview
+
+    try:
+        overview = fetch_overview(url)
+    except StatusError as exc:
+        typer.secho(f"cannot read the monitor's status: {exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+    print_overview(Console(), overview, url)
+    raise typer.Exit(exit_code(overview))
+
+
 def _check_rules(settings: Settings) -> None:
     """Load the alert rule files as `serve` would; a broken file fails the check (exit 2)."""
     from monitor.alerting.rules import RulesError, load_rules
@@ -144,6 +171,18 @@ def rules_recording(
         raise typer.Exit(2) from None
     objectives = {"ttft": service.slo.ttft.seconds, "tpot": service.slo.tpot.seconds}
     typer.echo(rule_file_text(chosen, service.baseline_window.text, objectives), nl=False)
+
+
+db = typer.Typer(help="The history database (SQLite or PostgreSQL).", no_args_is_help=True)
+app.add_typer(db, name="db")
+
+
+@db.command("upgrade")
+def db_upgrade(config: ConfigOption = None) -> None:
+    """Migrate the database of storage.url to the newest schema (serve also does this at start)."""
+    from monitor.store.dbcli import upgrade_command
+
+    raise typer.Exit(upgrade_command(_settings(config).storage.url))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from monitor.sim.load import LoadConfig, run_load
 from monitor.sim.profile import EngineConfig
 from monitor.sim.quality_feed import feed_request_log, serve_judge, simulated_history
 from monitor.sim.server import serve
+from monitor.sim.webhook_sink import serve_sink
 
 log = logging.getLogger("monitor.demo")
 
@@ -91,7 +92,11 @@ async def run_demo(port: int = 9480, duration: float | None = None) -> None:
     judge_port, judge_started = _free_port(), asyncio.Event()
     tasks.append(asyncio.create_task(serve_judge(judge_port, judge_started), name="judge-simulator"))
     await judge_started.wait()
-    settings = demo_settings(sim_url, port, extra={"quality": demo_quality(judge_port)})
+    sink_port, sink_started = _free_port(), asyncio.Event()
+    tasks.append(asyncio.create_task(serve_sink(sink_port, sink_started), name="webhook-sink"))
+    await sink_started.wait()
+    settings = demo_settings(sim_url, port, extra={"quality": demo_quality(judge_port),
+                                                   "alerting": demo_alerting(sink_port)})
     monitor = Monitor(settings)
     _gpu_follows_the_cycle(monitor, sim)
     server = uvicorn.Server(uvicorn.Config(create_app(monitor), host="127.0.0.1", port=port,
@@ -140,9 +145,16 @@ async def _long_prompt_bursts(sim_url: str) -> None:
         await asyncio.sleep(7 * 60)
 
 
+def demo_alerting(sink_port: int) -> dict[str, Any]:
+    """Alerts go to a webhook sink the demo runs itself: each delivered alert is one log line."""
+    return {"receivers": [{"name": "demo-webhook", "type": "webhook", "url": f"http://127.0.0.1:{sink_port}/hook",
+                           "group_wait": "5s", "group_interval": "30s"}]}
+
+
 def _banner(port: int, sim_url: str) -> None:
     print(f"""
 inference-monitor demo (the engine is a SIMULATOR of a vLLM server, driven at {DEMO_RPS:g} req/s)
+  overview  http://127.0.0.1:{port}/      (or `infermon status --url http://127.0.0.1:{port}`)
   metrics   http://127.0.0.1:{port}/metrics
   status    http://127.0.0.1:{port}/api/v1/status
   simulator {sim_url}/metrics   (OpenAI API at {sim_url}/v1)
@@ -152,7 +164,8 @@ inference-monitor demo (the engine is a SIMULATOR of a vLLM server, driven at {D
   canary    one streamed chat every 15 s through the simulator's API (inference_canary_*)
   cost      http://127.0.0.1:{port}/api/v1/cost   (H200 at a demo $3.5/h, static Ascend + RTX 4090 fleets)
 Numbers appear within ~15 s; faults (latency spike, error burst, slow decode, KV pressure)
-cycle every 10 minutes. Ctrl-C stops.
+cycle every 10 minutes; alerts are delivered to a webhook sink the demo runs (one log line each).
+Ctrl-C stops.
 """, flush=True)
 
 

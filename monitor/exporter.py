@@ -6,8 +6,12 @@ here does I/O, so /metrics answers in milliseconds however broken the sources ar
 
 from __future__ import annotations
 
+import gzip
 import math
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
@@ -99,7 +103,7 @@ def render_health(book: HealthBook) -> Iterator[Metric]:
     success = family("inference_monitor_collector_success")
     duration = family("inference_monitor_collector_duration_seconds")
     last = family("inference_monitor_last_success_timestamp_seconds")
-    for entry in book.entries.values():
+    for entry in list(book.entries.values()):  # a copy: rendered in the worker thread while the loop adds
         if not entry.present or entry.success is None:
             continue  # "not present" is not a failure: no series at all
         labels = {"collector": entry.collector, "target": entry.target}
@@ -111,3 +115,36 @@ def render_health(book: HealthBook) -> Iterator[Metric]:
     yield success
     yield duration
     yield last
+
+
+@dataclass(frozen=True)
+class Exposition:
+    """One rendered /metrics page: what /metrics serves and in-process readers (the alert
+    evaluator) take, without rendering again."""
+
+    body: bytes
+    rendered_at: float  # wall-clock seconds when the render started
+    render_seconds: float
+    sequence: int  # 1 for the first render, +1 for each later one
+    gzipped: bytes = b""  # the body compressed once, for scrapers that accept gzip (Prometheus does)
+
+
+class ExpositionCache:
+    """The latest render of a registry, refreshed in the background (`refresh()` from a worker
+    thread); readers take `latest` (None until the first refresh) and never wait for a render."""
+
+    def __init__(self, registry: CollectorRegistry, wall: Callable[[], float] = time.time) -> None:
+        self.registry = registry
+        self.wall = wall
+        self.writer = TextWriter()  # its own label cache: never shared with a render on another thread
+        self.latest: Exposition | None = None
+        self._lock = threading.Lock()  # one render at a time
+
+    def refresh(self) -> Exposition:
+        with self._lock:
+            at, started = self.wall(), time.perf_counter()
+            body = self.writer.render(self.registry)
+            sequence = self.latest.sequence + 1 if self.latest else 1
+            packed = gzip.compress(body, compresslevel=1, mtime=0)  # 5 MB -> ~0.3 MB in ~30 ms
+            self.latest = Exposition(body, at, time.perf_counter() - started, sequence, packed)
+            return self.latest

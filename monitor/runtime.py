@@ -6,9 +6,13 @@ with an injected HTTP client and clock.
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +23,7 @@ from prometheus_client.core import Metric
 from monitor import __version__
 from monitor.alerting.context import Views
 from monitor.alerting.delivery import Delivery, render_delivery
-from monitor.alerting.embedded import EmbeddedEvaluator, Transitions
+from monitor.alerting.embedded import EmbeddedEvaluator, Transitions, exposition_samples
 from monitor.alerting.explain import Explainer
 from monitor.alerting.model import AlertSink
 from monitor.alerting.rules import RulesError, RuleSet, load_rules
@@ -29,7 +33,7 @@ from monitor.catalog import family
 from monitor.config import ConfigError, ServiceSettings, Settings, load_settings
 from monitor.cost.collector import CostCollector
 from monitor.cost.render import render_cost
-from monitor.exporter import Renderer, TextWriter, make_registry, render_health, render_text
+from monitor.exporter import ExpositionCache, Renderer, TextWriter, make_registry, render_health, render_text
 from monitor.health import HealthBook
 from monitor.infra.collector import InfraCollector, import_pynvml
 from monitor.infra.render import render_infra
@@ -37,8 +41,12 @@ from monitor.quality.layer import QualityLayer
 from monitor.quality.render import render_quality
 from monitor.service.collector import ServiceCollector
 from monitor.service.render import render_objectives, render_service
+from monitor.service.schedule import Spreader, render_schedule
+from monitor.service.scrape import pool_limits
 from monitor.store.quality import QualityStore
 from monitor.store.session import Store
+from monitor.web.history import History
+from monitor.web.overview import headline, overview
 
 log = logging.getLogger("monitor.runtime")
 
@@ -72,6 +80,8 @@ class Job:
     ran: bool = False
     cron: str | None = None  # a cron job (in `timezone`) instead of an interval; not part of readiness
     timezone: str = "UTC"
+    # Under `infermon serve`, a job with a loop runs it for its whole life instead of `run` on an interval.
+    loop: Callable[[], Awaitable[Any]] | None = None
 
 
 class Monitor:
@@ -96,9 +106,14 @@ class Monitor:
         self.health.listeners.append(
             lambda entry, state: self.store.record_event(wall(), entry.collector, entry.target, state, entry.error)
         )
-        self.client = client or httpx.AsyncClient(follow_redirects=True, trust_env=False)
-        self.service = ServiceCollector(settings.service, self.client, self.health, wall)
-        self.jobs = [Job("service", settings.service.scrape_interval.seconds, self.service.collect)]
+        self.client = client or httpx.AsyncClient(follow_redirects=True, trust_env=False,
+                                                  limits=pool_limits(settings.service))
+        self.cpu = ThreadPoolExecutor(1, thread_name_prefix="infermon-cpu")  # parse, derive, render
+        self.spreader: Spreader | None = None
+        self.service = ServiceCollector(settings.service, self.client, self.health, wall,
+                                        own_clients=client is None)
+        self.jobs = [Job("service", settings.service.scrape_interval.seconds, self.service.collect,
+                         loop=self.run_service)]
         # infra: local GPUs (NVML, or the trace in infra.replay.file) and dcgm-exporter targets
         self.infra = InfraCollector(settings.infra, self.client, self.health, wall, load_nvml)
         self.jobs.append(Job("infra", settings.infra.interval.seconds, self.infra.collect))
@@ -130,9 +145,11 @@ class Monitor:
             lambda: render_reload(self.reloads),
             lambda: render_canary(self.canary),
             lambda: render_cost(self.cost.view),
+            lambda: render_schedule(self.spreader),
         ]
         renderers.append(lambda: render_delivery(self.delivery))
         self.registry = make_registry(renderers)
+        self.history = History()  # the overview page's last hour of headline series
         self.writer = TextWriter()
         # alerting: the rule files evaluated in-process on what /metrics exports
         self.transitions: Transitions = transitions or (lambda: self.delivery.recent(50))
@@ -147,14 +164,19 @@ class Monitor:
         self.explainer = Explainer(self.views, settings.alerting.causes)
         if self.alerting is not None:
             self.alerting.explain = self.explainer
+        # What /metrics serves under `infermon serve`, and what in-process readers take:
+        # `monitor.exposition.latest.body`, rendered once per publish tick in the worker thread.
+        self.exposition = ExpositionCache(self.registry, wall)
 
     async def run_job(self, job: Job) -> None:
         try:
             await job.run()
         finally:
             job.ran = True
-        if job.name in ("service", "infra"):
-            await self.evaluate_alerts()  # on fresh data, not up to an interval later
+        if job.name in ("service", "infra") and self.exposition.latest is None:
+            await self.evaluate_alerts()  # on fresh data, not up to an interval later (serving: after each publish)
+        if job.name == "cost":  # cost runs after service and infra: one sample of the page's charts
+            self.sample_history()
 
     async def run_once(self) -> None:
         for job in self.jobs:
@@ -162,7 +184,51 @@ class Monitor:
                 await self.run_job(job)
 
     def metrics_text(self) -> bytes:
+        latest = self.exposition.latest
+        if latest is not None:  # serving: the background render, never one on the event loop
+            return latest.body
         return render_text(self.registry, self.writer)
+
+    async def run_service(self) -> None:
+        """`infermon serve`'s service layer: each target on its own cadence (Spreader), and a
+        publish tick that assembles the view and renders /metrics in the worker thread."""
+        self.spreader = Spreader(self.service, self.cpu, self.wall)
+        # The worker thread holds the GIL for whole parses and renders; the loop waits for it after
+        # every socket call, 5 ms each by default. 1 ms keeps /healthz answering in milliseconds.
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(switch, 0.001))
+        # A full garbage collection stops both threads for its whole walk of the heap (0.1-0.5 s at
+        # 1,000 targets): what lives for the process (modules, the app, then the targets' stores) is
+        # frozen out of those walks. The data replaced on each scrape is acyclic: freed by refcount.
+        gc.freeze()
+        try:
+            await asyncio.gather(self.spreader.run(), self._publish_loop(self.jobs[0]))
+        finally:
+            sys.setswitchinterval(switch)
+            gc.unfreeze()
+
+    async def _publish_loop(self, job: Job) -> None:
+        period = min(self.settings.service.scrape_interval.seconds, self.settings.infra.interval.seconds)
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            self.service.refresh_targets()  # file_sd, on the loop: the spreader follows at once
+            all_seen = self.spreader is not None and self.spreader.all_seen()
+            try:
+                await loop.run_in_executor(self.cpu, self.publish)
+            except Exception:  # a bug in a renderer: keep scraping, keep the last good page, say so
+                log.exception("publishing the service view and /metrics failed")
+            else:
+                await self.evaluate_alerts()  # on the page just published: fresh data, rendered once
+            if all_seen and not job.ran:
+                job.ran = True  # ready once every target was tried and published
+                gc.freeze()  # the targets' stores, parsers and pools, built in the first round
+            await asyncio.sleep(max(0.0, period - (loop.time() - started)))
+
+    def publish(self) -> None:
+        """Assemble the service view and render /metrics (in the worker thread)."""
+        self.service.view = self.service.assemble(self.wall())
+        self.exposition.refresh()
 
     @property
     def ready(self) -> bool:
@@ -181,6 +247,7 @@ class Monitor:
                     "last_derivation": self.service.view.ts,
                     "targets": self.service.status(),
                     "file_sd": self.service.discovery.status() if self.service.discovery else None,
+                    "schedule": self.spreader.status() if self.spreader else None,
                 },
                 "infra": self.infra.status(),
                 "quality": self.quality.status(),
@@ -194,7 +261,11 @@ class Monitor:
             "collectors": [entry.as_dict() for entry in self.health.entries.values()],
             "recent_events": self.store.recent_events(20),
             "alerting": self.alerting.status() if self.alerting else {"enabled": False},
+            "overview": overview(self),  # the numbers of the page at / and of `infermon status`
         }
+
+    def sample_history(self) -> None:
+        self.history.add(self.wall(), headline(self.service.view, self.infra.view, self.cost.view))
 
     def reload(self) -> bool:
         """SIGHUP: read the configuration file again. A broken file keeps the running configuration
@@ -218,14 +289,25 @@ class Monitor:
         log.info("configuration reloaded: %d static target(s), file_sd %s%s", len(fresh.service.targets),
                  fresh.service.file_sd or "none", f"; changed, applied at restart: {', '.join(later)}" if later else "")
         return True
+
     def views(self) -> Views:
         """What /metrics renders now, for an alert's context."""
         return Views(self.service.view, self.infra.view, self.cost.view.topology, self.quality.view)
 
     async def evaluate_alerts(self) -> None:
-        if self.alerting is not None:
-            with self.health.run("alerts"):
-                self.alerting.run(self.registry, self.wall(), self.settings.alerting.evaluation_interval.seconds)
+        """The rules on what /metrics exports: under `infermon serve` the pre-rendered page, read
+        back in the worker thread (no second render on the loop); otherwise the registry."""
+        if self.alerting is None:
+            return
+        interval = self.settings.alerting.evaluation_interval.seconds
+        with self.health.run("alerts"):
+            latest = self.exposition.latest
+            if latest is None:
+                self.alerting.run(self.registry, self.wall(), interval)
+                return
+            loop = asyncio.get_running_loop()
+            samples = await loop.run_in_executor(self.cpu, exposition_samples, latest.body, self.alerting.metrics)
+            self.alerting.run_samples(samples, latest.rendered_at, interval)
 
     async def prune(self) -> None:
         self.store.prune(self.wall() - self.settings.storage.retention.seconds)
@@ -236,6 +318,8 @@ class Monitor:
         await self.canary.aclose()
         await self.infra.aclose()
         await self.client.aclose()
+        await self.service.aclose()
+        self.cpu.shutdown(wait=False, cancel_futures=True)
 
 
 def _load_rules(settings: Settings) -> RuleSet | None:

@@ -1,8 +1,7 @@
-"""Collector up/down transitions land in the SQLite history and survive a restart."""
+"""Collector up/down transitions land in the history (SQLite and PostgreSQL) and survive a restart."""
 
 import asyncio
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -14,14 +13,14 @@ from tests.conftest import FIXTURES
 PAGE = (FIXTURES / "sample_vllm_v1.prom").read_text()
 
 
-def test_transitions_are_stored_once_and_survive_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_transitions_are_stored_once_and_survive_restart(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("INFERMON_STORAGE__URL")  # this test wants the file, not the tests' in-memory store
     up = {"now": True}
 
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, text=PAGE) if up["now"] else httpx.Response(503)
 
-    url = f"sqlite:///{tmp_path / 'history.db'}"
+    url = store_url
     settings = load_settings(None, {
         "service": {"targets": [{"name": "a", "url": "http://a/metrics"}]},
         "infra": {"nvml": {"enabled": "false"}},

@@ -24,6 +24,7 @@ from monitor.alerting.expr import Sample
 from monitor.alerting.model import Alert, AlertSink
 from monitor.alerting.rules import RuleSet
 from monitor.catalog import family
+from monitor.promtext import Parser
 from monitor.store.alerting_state import StoredAlert, load_alert_states, save_alert_states
 
 log = logging.getLogger("monitor.alerting")
@@ -51,6 +52,17 @@ def registry_samples(registry: CollectorRegistry, names: set[str]) -> dict[str, 
                 # An empty label value is no label at all once Prometheus has scraped it.
                 labels = {k: v for k, v in sample.labels.items() if v != ""}
                 out.setdefault(sample.name, []).append(({**labels, "__name__": sample.name}, sample.value))
+    return out
+
+
+def exposition_samples(body: bytes, names: set[str]) -> dict[str, list[Sample]]:
+    """The samples of `names` read back from a rendered /metrics page (the pre-rendered exposition
+    under `infermon serve`): the same samples as `registry_samples`, without a second render."""
+    page = Parser().parse(body.decode(), wanted=names)
+    out: dict[str, list[Sample]] = {}
+    for name, series in page.samples.items():
+        out[name] = [({**{k: v for k, v in labels if v != ""}, "__name__": name}, value)
+                     for labels, value in series.items()]
     return out
 
 
@@ -96,9 +108,13 @@ class EmbeddedEvaluator:
         scrape plus `for`, never a whole interval later because the evaluation ran just before
         the scrape landed) and on its own `interval` (so rules on slow sources still run).
         """
+        return self.run_samples(registry_samples(registry, self.metrics), now, interval)
+
+    def run_samples(self, samples: dict[str, list[Sample]], now: float, interval: float) -> list[Alert]:
+        """As `run`, on samples already read (from the pre-rendered exposition)."""
         if self.last_ts is not None and now <= self.last_ts:
             return []  # this instant is evaluated already
-        return self.evaluate(registry_samples(registry, self.metrics), now, slack=min(0.5, 0.05 * interval))
+        return self.evaluate(samples, now, slack=min(0.5, 0.05 * interval))
 
     def evaluate(self, samples: dict[str, list[Sample]], ts: float, slack: float = 0.0) -> list[Alert]:
         """Advance every rule at `ts`; returns (and sends) the transitions as Alertmanager alerts."""

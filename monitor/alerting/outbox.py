@@ -32,6 +32,7 @@ from monitor.alerting.grouping import (
 from monitor.alerting.model import Alert
 from monitor.alerting.receivers.base import Notification
 from monitor.config import ReceiverSettings
+from monitor.store.conflicts import retry_conflicts
 from monitor.store.outbox import AlertTransition, OutboxGroup, OutboxMember, OutboxNotification
 
 
@@ -61,7 +62,11 @@ class Outbox:
 
     def store(self, alerts: Sequence[Alert], source: str) -> int:
         """Persist the transitions not seen before; returns how many were new. Raises if the
-        database cannot take them (the Alertmanager receiver then answers 5xx)."""
+        database cannot take them (the Alertmanager receiver then answers 5xx). A replica that
+        stored the same transition at the same moment wins; this one then finds it stored."""
+        return retry_conflicts(lambda: self._store_once(alerts, source))
+
+    def _store_once(self, alerts: Sequence[Alert], source: str) -> int:
         now, new = self.wall(), 0
         with Session(self.engine) as session, session.begin():
             for alert in alerts:

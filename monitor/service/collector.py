@@ -1,17 +1,30 @@
 """The service layer's job: scrape every engine target, keep windows, derive the numbers.
 
-One run scrapes all targets concurrently (each under its own deadline, so a hung target costs
-only its timeout), then derives a fresh `ServiceView` that /metrics renders without I/O.
+Two ways to drive it:
+
+- `collect()` (tests, `infermon check`, `run_once`): one run scrapes all targets concurrently
+  (each under its own deadline, so a hung target costs only its timeout), then derives a fresh
+  `ServiceView` that /metrics renders without I/O.
+- `monitor.service.schedule.Spreader` (`infermon serve`): each target on its own cadence, at a
+  stable offset within the interval; a target's stats are derived right after its own scrape
+  (`scrape(state, cpu)`, the CPU part in a worker thread) and `assemble()` builds the view from
+  them, the fleet-wide numbers from the cached per-target rates.
+
+A target whose last successful scrape is older than two intervals has no derived series: a
+monitor that falls behind shows gaps, never old numbers as current.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
+import httpcore
 import httpx
 
 from monitor.config import ServiceSettings, ServiceTarget, Target
@@ -30,12 +43,22 @@ from monitor.service.derive import (
 from monitor.service.discovery import DiscoveryError, FileDiscovery
 from monitor.service.engines import EngineSpec, detect, suggest_prefix
 from monitor.service.extract import Snapshot, extract
-from monitor.service.scrape import ScrapeError, fetch_page
+from monitor.service.scrape import ScrapeError, fetch_page, fetch_page_core, target_pool
 from monitor.service.series import SeriesStore
 
 log = logging.getLogger("monitor.service")
 COLLECTOR = "service"
 DISCOVERY = "file_sd"
+STALE_INTERVALS = 2  # a target not scraped successfully for this many intervals has no derived series
+
+
+@dataclass
+class Derived:
+    """One target's numbers, derived right after its scrape (evaluated at the scrape's time)."""
+
+    at: float
+    stats: dict[tuple[str, str], WindowStats]  # (model, window)
+    rates: dict[str, dict[str, Rates]]  # window -> model -> rates, for the fleet sums
 
 
 @dataclass
@@ -52,6 +75,9 @@ class TargetState:
     page_bytes: int = 0
     duplicates: int = 0
     non_finite: int = 0
+    derived: Derived | None = None
+    cpu_wait: float = 0.0  # seconds the last scrape's parse waited for the worker thread
+    pool: httpcore.AsyncConnectionPool | None = None  # the target's own connection (own_clients)
 
 
 @dataclass
@@ -60,6 +86,7 @@ class TargetView:
     up: bool
     engine: str | None
     generation: str | None
+    stale: bool = False  # up at its last scrape, but that was more than STALE_INTERVALS ago
     gauges: dict[str, dict[str, float]] = field(default_factory=dict)  # metric -> model -> value
     stats: dict[tuple[str, str], WindowStats] = field(default_factory=dict)  # (model, window)
 
@@ -80,14 +107,22 @@ class ServiceCollector:
         client: httpx.AsyncClient,
         health: HealthBook,
         wall: Callable[[], float] = time.time,
+        own_clients: bool = False,
     ) -> None:
         self.settings = settings
         self.client = client
+        # A pool per target: httpcore's one pool walks all its connections (and polls each idle
+        # socket) on every request, which at a thousand kept-alive connections starves the loop;
+        # and httpcore directly, without httpx's per-request cost (see scrape.fetch_page_core).
+        self.own_clients = own_clients
+        self._tls = ssl.create_default_context() if own_clients else None  # one CA store for all
+        self._closing: set[asyncio.Task[None]] = set()
         self.health = health
         self.wall = wall
         self.windows = [Window(w.text, w.seconds) for w in settings.windows]
         self.objectives = Objectives(settings.slo.ttft.seconds, settings.slo.tpot.seconds)
         self.targets: dict[str, TargetState] = {}
+        self.version = 0  # +1 on every change of the target table (the spreader follows it)
         self.static: list[ServiceTarget] = []
         self.discovery: FileDiscovery | None = None
         self.reconfigure(settings.targets, settings.file_sd)
@@ -126,11 +161,12 @@ class ServiceCollector:
             desired[target.name] = target
         for name in list(self.targets):
             if name not in desired or desired[name] != self.targets[name].target:
-                del self.targets[name]
+                self._retire(self.targets.pop(name))
                 self.health.forget(COLLECTOR, name)
         for name, target in desired.items():
             if name not in self.targets:
                 self.targets[name] = self._new_state(target)
+        self.version += 1
 
     def _new_state(self, target: Target) -> TargetState:
         interval = self.settings.scrape_interval.seconds
@@ -139,28 +175,55 @@ class ServiceCollector:
             target,
             store=SeriesStore(longest + interval),
             baseline=SeriesStore(longest + self.settings.baseline_window.seconds + interval),
+            pool=target_pool(self.settings, self._tls) if self._tls is not None else None,
         )
+
+    def _retire(self, state: TargetState) -> None:
+        """A target gone or changed: close its own pool (later, on the loop, if one runs)."""
+        if state.pool is None:
+            return
+        try:
+            task = asyncio.get_running_loop().create_task(state.pool.aclose())
+        except RuntimeError:
+            return  # no loop (start-up): nothing was opened yet
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def aclose(self) -> None:
+        pools = [s.pool for s in self.targets.values() if s.pool is not None]
+        await asyncio.gather(*(p.aclose() for p in pools), *self._closing, return_exceptions=True)
 
     async def collect(self) -> ServiceView:
         if self._discover():
             self._apply(self.static + (self.discovery.targets() if self.discovery else []))
-        await asyncio.gather(*(self._scrape(state) for state in self.targets.values()))
+        await asyncio.gather(*(self.scrape(state) for state in self.targets.values()))
         self.view = self.derive(self.wall())
         return self.view
 
-    async def _scrape(self, state: TargetState) -> None:
+    def refresh_targets(self) -> None:
+        """Follow file_sd changes (the spread scheduler calls this on each tick)."""
+        if self._discover():
+            self._apply(self.static + (self.discovery.targets() if self.discovery else []))
+
+    async def scrape(self, state: TargetState, cpu: Executor | None = None) -> None:
+        """Scrape one target. With `cpu`, parsing and this target's derivation run on that executor
+        (one worker thread: the event loop keeps answering while a thousand pages are parsed)."""
         name = state.target.name
         with self.health.run(COLLECTOR, name):
             started = self.wall()
             state.last_scrape = started
             try:
-                fetched = await fetch_page(
-                    self.client,
-                    state.target.url,
-                    self.settings.scrape_timeout.seconds,
-                    self.settings.max_page_bytes,
-                )
-                self._ingest(state, fetched.text, fetched.openmetrics, started)
+                timeout, limit = self.settings.scrape_timeout.seconds, self.settings.max_page_bytes
+                if state.pool is not None:
+                    fetched = await fetch_page_core(state.pool, state.target.url, timeout, limit)
+                else:
+                    fetched = await fetch_page(self.client, state.target.url, timeout, limit)
+                if cpu is None:
+                    self._ingest(state, fetched.text, fetched.openmetrics, started)
+                else:
+                    queued = time.perf_counter()
+                    await asyncio.get_running_loop().run_in_executor(
+                        cpu, self._ingest_and_derive, state, fetched.text, fetched.openmetrics, started, queued)
                 state.page_bytes = fetched.size
             except (ScrapeError, PageError) as exc:
                 state.up, state.error = False, str(exc)
@@ -172,6 +235,12 @@ class ServiceCollector:
                 log.info("target %s is up (%s %s)", name, state.engine.engine if state.engine else "?",
                          state.engine.generation if state.engine else "?")
             state.up, state.error = True, None
+
+    def _ingest_and_derive(self, state: TargetState, text: str, openmetrics: bool, ts: float, queued: float) -> None:
+        state.cpu_wait = time.perf_counter() - queued
+        state.derived = None
+        self._ingest(state, text, openmetrics, ts)
+        state.derived = self._derive_target(state, ts)
 
     def _ingest(self, state: TargetState, text: str, openmetrics: bool, ts: float) -> None:
         check_text(text)
@@ -201,31 +270,57 @@ class ServiceCollector:
         state.baseline.append(Snapshot(ts=snap.ts, counters={"generation_tokens": generation}, buckets=lengths))
 
     def derive(self, now: float) -> ServiceView:
+        """Every target's numbers evaluated at `now` (after `collect()`: all scraped just before)."""
+        for state in self.targets.values():
+            fresh = state.up and state.latest is not None and not self.is_stale(state, now)
+            state.derived = self._derive_target(state, now) if fresh else None
+        return self.assemble(now)
+
+    def is_stale(self, state: TargetState, now: float) -> bool:
+        last = state.latest.ts if state.latest is not None else None
+        return last is None or now - last > STALE_INTERVALS * self.settings.scrape_interval.seconds
+
+    def _derive_target(self, state: TargetState, now: float) -> Derived:
+        derived = Derived(at=now, stats={}, rates={})
+        counts_errors = state.engine is not None and "errors" in state.engine.counters
+        for window in self.windows:
+            rates = window_rates(
+                state.store, now, window, state.baseline, self.settings.baseline_window.seconds, counts_errors
+            )
+            derived.rates[window.label] = rates
+            for model, model_rates in rates.items():
+                derived.stats[(model, window.label)] = stats_from_rates(model_rates, self.objectives)
+        return derived
+
+    def assemble(self, now: float) -> ServiceView:
+        """The view from each target's derived numbers; the fleet sums from their rates.
+
+        Safe to run in a worker thread while the loop scrapes: it reads a copy of the target
+        table and each target's last `Derived`, replaced whole, never changed in place.
+        """
         view = ServiceView(ts=now, windows=self.windows, objectives=self.objectives)
         per_window: dict[str, list[dict[str, Rates]]] = {w.label: [] for w in self.windows}
         # (model, window) -> the stats of every target serving it, to skip a fleet sum of one.
         served: dict[tuple[str, str], list[WindowStats]] = {}
-        for name, state in self.targets.items():
+        for name, state in list(self.targets.items()):
+            engine, latest, derived = state.engine, state.latest, state.derived
+            stale = state.up and self.is_stale(state, now)
             target_view = TargetView(
                 name=name,
-                up=state.up,
-                engine=state.engine.engine if state.engine else None,
-                generation=state.engine.generation if state.engine else None,
+                up=state.up and not stale,
+                engine=engine.engine if engine else None,
+                generation=engine.generation if engine else None,
+                stale=stale,
             )
             view.targets[name] = target_view
-            if not state.up or state.latest is None:
-                continue  # a down target's series disappear
-            target_view.gauges = state.latest.gauges
+            if not target_view.up or latest is None or derived is None:
+                continue  # a down or stale target's series disappear
+            target_view.gauges = latest.gauges
+            target_view.stats = derived.stats
             for window in self.windows:
-                counts_errors = state.engine is not None and "errors" in state.engine.counters
-                rates = window_rates(
-                    state.store, now, window, state.baseline, self.settings.baseline_window.seconds, counts_errors
-                )
-                per_window[window.label].append(rates)
-                for model, model_rates in rates.items():
-                    stats = stats_from_rates(model_rates, self.objectives)
-                    target_view.stats[(model, window.label)] = stats
-                    served.setdefault((model, window.label), []).append(stats)
+                per_window[window.label].append(derived.rates.get(window.label, {}))
+            for key, stats in derived.stats.items():
+                served.setdefault(key, []).append(stats)
         for window in self.windows:
             for model, model_rates in fleet_rates(per_window[window.label]).items():
                 alone = served.get((model, window.label), [])
@@ -238,10 +333,12 @@ class ServiceCollector:
         rows = []
         for name, state in self.targets.items():
             entry = self.health.get(COLLECTOR, name)
+            stale = state.up and self.is_stale(state, self.wall())
             rows.append({
                 "name": name,
                 "url": safe_url(state.target.url),
-                "up": state.up,
+                "up": state.up and not stale,
+                "stale": stale,
                 "engine": state.engine.engine if state.engine else None,
                 "generation": state.engine.generation if state.engine else None,
                 "last_scrape": state.last_scrape,

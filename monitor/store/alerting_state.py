@@ -14,6 +14,7 @@ from sqlalchemy import Float, String, Text, delete, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
+from monitor.store.conflicts import retry_conflicts
 from monitor.store.models import Base
 
 
@@ -54,7 +55,13 @@ def load_alert_states(engine: Engine) -> list[StoredAlert]:
 
 
 def save_alert_states(engine: Engine, upserts: Iterable[StoredAlert], deletes: Iterable[tuple[str, str]]) -> None:
-    """Apply one evaluation's changes in one transaction."""
+    """Apply one evaluation's changes in one transaction (again if another replica inserted one
+    of the same rows at the same moment: `merge` then updates theirs)."""
+    upserts, deletes = list(upserts), list(deletes)
+    retry_conflicts(lambda: _save_once(engine, upserts, deletes))
+
+
+def _save_once(engine: Engine, upserts: list[StoredAlert], deletes: list[tuple[str, str]]) -> None:
     with Session(engine) as session, session.begin():
         for rule, fp in deletes:
             session.execute(delete(AlertStateRow).where(AlertStateRow.rule == rule, AlertStateRow.fingerprint == fp))

@@ -14,6 +14,7 @@ from sqlalchemy import Float, String, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
+from monitor.store.conflicts import retry_conflicts
 from monitor.store.models import Base
 
 
@@ -59,8 +60,13 @@ class CostLedger:
         that hold from now on. One transaction, rows locked (PostgreSQL; SQLite serialises writers),
         so neither a restart nor a second replica ever counts an interval twice.
 
-        Returns every scope's total and today's sums of the `daily` scopes.
+        Returns every scope's total and today's sums of the `daily` scopes. Two replicas creating
+        the same total on a fresh database: the second runs again and adds to the first's.
         """
+        return retry_conflicts(lambda: self._accrue_once(now, rates, spent, daily, today))
+
+    def _accrue_once(self, now: float, rates: Mapping[str, float | None], spent: Spent, daily: frozenset[str],
+                     today: str) -> tuple[dict[str, float], dict[str, float]]:
         with Session(self.engine) as session, session.begin():
             rows = {row.scope: row for row in session.scalars(select(CostTotal).with_for_update())}
             added: dict[tuple[str, str], float] = {}

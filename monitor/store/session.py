@@ -14,7 +14,8 @@ from monitor.store import alerting_state  # noqa: F401  (its table joins create_
 from monitor.store import cost as _cost_tables  # noqa: F401  (creates the cost tables)
 from monitor.store import outbox as _outbox_tables  # noqa: F401  (registers the outbox tables)
 from monitor.store import quality as _quality_tables  # noqa: F401  (registers the quality tables)
-from monitor.store.models import Base, CollectorEvent
+from monitor.store.migrate import upgrade
+from monitor.store.models import CollectorEvent
 
 
 class Store:
@@ -29,7 +30,7 @@ class Store:
                 Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         self.memory = bool(options)
         self.engine: Engine = create_engine(url, **options)
-        Base.metadata.create_all(self.engine)
+        upgrade(self.engine)  # the migrations create or bring every table to head (SQLite and PostgreSQL)
 
     def record_event(self, ts: float, collector: str, target: str, state: str, error: str | None) -> None:
         with Session(self.engine) as session, session.begin():

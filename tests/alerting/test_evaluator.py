@@ -3,9 +3,8 @@ evaluator around it: transitions to the sink exactly once, state kept across res
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
@@ -87,8 +86,10 @@ class RecordingSink:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store(f"sqlite:///{tmp_path / 'alerts.db'}")
+def store(store_url: str) -> Iterator[Store]:
+    store = Store(store_url)  # SQLite and PostgreSQL
+    yield store
+    store.close()
 
 
 def evaluator(store: Store, sink: RecordingSink, **kwargs: float) -> EmbeddedEvaluator:

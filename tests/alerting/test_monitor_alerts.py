@@ -4,7 +4,6 @@ sink, GET /api/v1/alerts, the firing-alerts metric, and a restart on the same SQ
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import httpx
 import pytest
@@ -49,8 +48,8 @@ def target_down(sink: RecordingSink) -> list[str]:
     return [a.status for a in sink.sent if a.name == "TargetDown"]
 
 
-def test_target_down_fires_once_across_a_restart_and_resolves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("INFERMON_STORAGE__URL", f"sqlite:///{tmp_path / 'infermon.db'}")
+def test_target_down_fires_once_across_a_restart_and_resolves(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERMON_STORAGE__URL", store_url)
     engine, sink, clock = Engine(), RecordingSink(), [1_767_300_000.0]
 
     async def run() -> None:

@@ -1,5 +1,6 @@
 """The outbox and its sender on an injected clock: grouping with Alertmanager's meanings, dedup,
-retries that deliver exactly once after an outage, deadlines, rate limits, restarts."""
+retries that deliver exactly once after an outage, deadlines, rate limits, restarts. The tests
+that take `store_url` run on SQLite and on a real PostgreSQL server."""
 
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ def test_send_resolved_per_receiver_defaults() -> None:
         assert len(slack) == 1 and "resolved" not in slack[0]  # no resolved news, no resolved-only message
 
 
-def test_same_transition_twice_is_stored_once() -> None:
+def test_same_transition_twice_is_stored_once(store_url: str) -> None:
     with ImServer() as im:
 
         async def scenario(d: Delivery, clock: Clock) -> tuple[int, int]:
@@ -108,11 +109,11 @@ def test_same_transition_twice_is_stored_once() -> None:
             await tick(d, clock, 300)
             return first, again
 
-        assert run([receiver(im, "webhook")], scenario) == (1, 0)
+        assert run([receiver(im, "webhook")], scenario, store_url) == (1, 0)
         assert len(im.accepted("webhook")) == 1
 
 
-def test_receiver_down_for_several_rounds_gets_everything_once_after() -> None:
+def test_receiver_down_for_several_rounds_gets_everything_once_after(store_url: str) -> None:
     with ImServer() as im:
         im.down("webhook")
         im.down("feishu")
@@ -134,7 +135,7 @@ def test_receiver_down_for_several_rounds_gets_everything_once_after() -> None:
             text = "".join(str(s) for fam in render_delivery(d) for s in fam.samples)
             assert "'outcome': 'retried'" in text and "'outcome': 'sent'" in text
 
-        run([receiver(im, "webhook", group_wait="1s"), receiver(im, "feishu", group_wait="1s")], scenario)
+        run([receiver(im, "webhook", group_wait="1s"), receiver(im, "feishu", group_wait="1s")], scenario, store_url)
         assert im.attempts("webhook") > 8
         assert [b["commonLabels"]["alertname"] for b in im.accepted("webhook")] == ["GPUHot", "TargetDown"]
         assert len(im.accepted("feishu")) == 2
@@ -194,8 +195,8 @@ def test_alertmanager_transitions_skip_group_wait() -> None:
         assert len(im.accepted("webhook")) == 1
 
 
-def test_queued_notifications_survive_a_restart(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/outbox.db"
+def test_queued_notifications_survive_a_restart(store_url: str) -> None:
+    url = store_url
     clock = Clock()
     with ImServer() as im:
         im.down("slack")
@@ -216,7 +217,7 @@ def test_queued_notifications_survive_a_restart(tmp_path: Path) -> None:
         assert len(im.accepted("slack")) == 1
 
 
-def test_recent_shows_delivery_state_per_receiver() -> None:
+def test_recent_shows_delivery_state_per_receiver(store_url: str) -> None:
     with ImServer() as im:
         im.down("wecom")
 
@@ -228,7 +229,7 @@ def test_recent_shows_delivery_state_per_receiver() -> None:
             return d.recent(10)
 
         rx = [receiver(im, "webhook", group_wait="1s"), receiver(im, "wecom", group_wait="1s")]
-        rows = run(rx, scenario)
+        rows = run(rx, scenario, store_url)
         seen = [(r["labels"]["gpu"], r["status"]) for r in rows]
         assert seen == [("2", "firing"), ("1", "resolved"), ("1", "firing")]
         assert rows[2]["deliveries"] == {"webhook-rx": "sent", "wecom-rx": "pending"}
@@ -268,8 +269,8 @@ def test_self_metrics_are_catalogued_and_pass_promtool(tmp_path: Path) -> None:
     assert emitted == delivery
 
 
-def test_two_replicas_sharing_the_database_send_once(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/shared.db"
+def test_two_replicas_sharing_the_database_send_once(store_url: str) -> None:
+    url = store_url
     clock = Clock()
     with ImServer() as im:
         rx = [receiver(im, "webhook", group_wait="1s"), receiver(im, "feishu", group_wait="1s")]
@@ -291,7 +292,7 @@ def test_two_replicas_sharing_the_database_send_once(tmp_path: Path) -> None:
         assert len(im.accepted("feishu")) == 2
 
 
-def test_alert_whose_group_a_concurrent_flush_deleted_is_still_delivered() -> None:
+def test_alert_whose_group_a_concurrent_flush_deleted_is_still_delivered(store_url: str) -> None:
     with ImServer() as im:
 
         async def scenario(d: Delivery, clock: Clock) -> None:
@@ -301,5 +302,5 @@ def test_alert_whose_group_a_concurrent_flush_deleted_is_still_delivered() -> No
             await tick(d, clock, 1)
             await tick(d, clock, 1)
 
-        run([receiver(im, "webhook", group_wait="1s")], scenario)
+        run([receiver(im, "webhook", group_wait="1s")], scenario, store_url)
         assert len(im.accepted("webhook")) == 1

@@ -79,6 +79,7 @@ def test_kill_9_then_restart_delivers_once(tmp_path: Path) -> None:
             posted = httpx.post(f"http://127.0.0.1:{port}/api/v1/alertmanager", json=am_payload(), headers=auth)
             assert posted.status_code == 200
             wait_for(lambda: im.attempts("webhook") >= 1 and im.attempts("dingtalk") >= 1, 30)
+            wait_for(lambda: "send failed" in output.read_text(), 10)  # the failure is logged before the kill
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
         assert im.accepted("webhook") == [] and im.accepted("dingtalk") == []
@@ -86,7 +87,10 @@ def test_kill_9_then_restart_delivers_once(tmp_path: Path) -> None:
         im.up("dingtalk")
         with serve(config, port, output):
             wait_for(lambda: len(im.accepted("webhook")) == 1 and len(im.accepted("dingtalk")) == 1, 30)
-            wait_for(lambda: 'inference_monitor_outbox_pending{receiver="ops"} 0.0' in _metrics(port), 10)
+            # /metrics is the page rendered at the last publish tick (every few seconds): wait for it.
+            sent = 'inference_monitor_notifications_total{outcome="sent",receiver="ops"} 1.0'
+            wait_for(lambda: sent in _metrics(port)
+                     and 'inference_monitor_outbox_pending{receiver="ops"} 0.0' in _metrics(port), 20)
             time.sleep(1.5)  # another sender run: nothing is sent twice
             metrics = _metrics(port)
         assert len(im.accepted("webhook")) == 1 and len(im.accepted("dingtalk")) == 1

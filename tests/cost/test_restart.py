@@ -1,4 +1,5 @@
-"""Cumulative spend in a real SQLite file: a restart mid-day continues it, without a gap or a double count."""
+"""Cumulative spend in a real SQLite file (and, where a test takes `store_url`, a real PostgreSQL):
+a restart mid-day continues it, without a gap or a double count."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ NOON = 1_767_240_000.0
 RATE = 8 * 3.5  # eight static H200s at $3.5 an hour
 
 
-def settings(tmp_path: Path, **cost: object) -> Settings:
+def settings(tmp_path: Path, url: str | None = None, **cost: object) -> Settings:
     return load_settings(None, {
         "infra": {"nvml": {"enabled": "false"}},
-        "storage": {"url": f"sqlite:///{tmp_path / 'spend.db'}"},
+        "storage": {"url": url or f"sqlite:///{tmp_path / 'spend.db'}"},
         "cost": {"timezone": "Asia/Shanghai", "daily_budget_usd": 10, "gpu_prices": {"H200": {"usd_per_hour": 3.5}},
                  "static_gpus": [{"model": "NVIDIA H200", "count": 8, "node": "rack-3"}], **cost},
     })
@@ -49,9 +50,10 @@ def run(config: Settings, times: list[float]) -> list[dict[str, float]]:
     return asyncio.run(go())
 
 
-def test_restart_mid_day_keeps_the_total_continuous(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("INFERMON_STORAGE__URL")  # the real file, not the tests' in-memory store
-    config = settings(tmp_path)
+def test_restart_mid_day_keeps_the_total_continuous(tmp_path: Path, store_url: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INFERMON_STORAGE__URL")  # the real database, not the tests' in-memory store
+    config = settings(tmp_path, store_url)
     first = run(config, [NOON + 15 * i for i in range(41)])  # ten minutes
     assert first[0]["inference_cost_usd_total"] == 0.0  # the first tick starts the clock
     assert first[0]["inference_cost_usd_per_hour"] == RATE
@@ -96,10 +98,10 @@ def test_the_budget_day_ends_at_local_midnight(tmp_path: Path, monkeypatch: pyte
     assert utc[8]["inference_cost_today_usd"] == pytest.approx(RATE * 240 / 3600)
 
 
-def test_two_replicas_on_one_database_count_each_interval_once(tmp_path: Path,
+def test_two_replicas_on_one_database_count_each_interval_once(tmp_path: Path, store_url: str,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("INFERMON_STORAGE__URL")
-    config = settings(tmp_path)
+    config = settings(tmp_path, store_url)
     clock = [NOON]
 
     async def go() -> list[float]:

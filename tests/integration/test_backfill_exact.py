@@ -102,17 +102,24 @@ def promql(prom: PrometheusServer, expr: str, at: float) -> float:
     return float(result[0]["value"][1])
 
 
-def test_backfilled_prometheus_gives_our_numbers(tmp_path: Path) -> None:
+def backfilled(tmp_path: Path) -> tuple[Monitor, list[float], PrometheusServer]:
+    """The monitor after its scrapes, their times, and a (not yet started) Prometheus holding every
+    sample the monitor saw."""
     promtool = require_binary("promtool")
     binary = require_binary("prometheus")
     times = scrape_times()
     monitor, served = run_monitor(times)
-    view = monitor.service.view
     source = tmp_path / "scraped.om"
     source.write_text(openmetrics(served))
     prom = PrometheusServer({}, binary=binary)
     subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(prom.dir / "data")],
                    check=True, capture_output=True)
+    return monitor, times, prom
+
+
+def test_backfilled_prometheus_gives_our_numbers(tmp_path: Path) -> None:
+    monitor, times, prom = backfilled(tmp_path)
+    view = monitor.service.view
     for window_seconds in (60, 300):  # the data is where Prometheus 2.42 and 3.x agree
         assert round((times[-1] - window_seconds) * 1000) not in {round(t * 1000) for t in times}
     checked = 0

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ import pytest
 from bench.promserver import PrometheusServer
 from monitor.service.recording import Rule, expand, gauge_rules, window_rules
 from tests.conftest import FIXTURES, require_binary
-from tests.integration.test_backfill_exact import MODEL, openmetrics, run_monitor, scrape_times
+from tests.integration.test_backfill_exact import MODEL, backfilled
 from tests.pageserver import Generated, PageServer
 from tests.service.pagegen import grow
 
@@ -51,16 +50,8 @@ def ours(rule: Rule, stats: Any) -> float | None:
 
 
 def test_recording_rules_give_the_monitors_numbers(tmp_path: Path) -> None:
-    promtool = require_binary("promtool")
-    binary = require_binary("prometheus")
-    times = scrape_times()
-    monitor, served = run_monitor(times)
+    monitor, times, prom = backfilled(tmp_path)
     view = monitor.service.view
-    source = tmp_path / "scraped.om"
-    source.write_text(openmetrics(served))
-    prom = PrometheusServer({}, binary=binary)
-    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(prom.dir / "data")],
-                   check=True, capture_output=True)
     compared = 0
     with prom:
         for window in ("1m", "5m"):

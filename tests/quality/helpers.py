@@ -13,7 +13,7 @@ DAY = "2026-11-29"
 DAY_START = datetime(2026, 11, 29, tzinfo=UTC).timestamp()
 
 
-def quality_settings(tmp_path: Path, judge_url: str, **quality: Any) -> Settings:
+def quality_settings(tmp_path: Path, judge_url: str, url: str | None = None, **quality: Any) -> Settings:
     section: dict[str, Any] = {
         "timezone": "UTC", "sample_size": 20, "baseline_days": 7,
         "judge": {"base_url": judge_url, "model": "judge-test", "concurrency": 4, "timeout": "5s",
@@ -21,7 +21,7 @@ def quality_settings(tmp_path: Path, judge_url: str, **quality: Any) -> Settings
     }
     section.update(quality)
     return load_settings(None, {
-        "storage": {"url": f"sqlite:///{tmp_path / 'quality.db'}"},
+        "storage": {"url": url or f"sqlite:///{tmp_path / 'quality.db'}"},
         "infra": {"nvml": {"enabled": "false"}},
         "quality": section,
     })

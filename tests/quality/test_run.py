@@ -1,4 +1,5 @@
-"""Run orchestration on a real SQLite file and the scripted judge: idempotency, sampling, baseline."""
+"""Run orchestration on a real SQLite file and the scripted judge: idempotency, sampling, baseline.
+The tests that take `store_url` also run on a real PostgreSQL server."""
 
 from __future__ import annotations
 
@@ -30,10 +31,11 @@ def seed(settings: Settings, samples: list) -> None:  # type: ignore[type-arg]
     store.close()
 
 
-def test_second_run_makes_no_judge_call_unless_forced(tmp_path: Path) -> None:
+def test_second_run_makes_no_judge_call_unless_forced(tmp_path: Path, store_url: str) -> None:
     script = JudgeScript()
     with judge_server(script) as url:
-        settings = quality_settings(tmp_path, url)
+        settings = quality_settings(tmp_path, url, store_url)
+        assert settings.storage.url == store_url
         seed(settings, make_samples(30))
         first = run(settings)
         assert [(o.status, o.sampled, o.available) for o in first.outcomes] == [("judged", 20, 30)]
@@ -64,9 +66,10 @@ def _judged_prompts(script: JudgeScript) -> set[str]:
     return {b["messages"][0]["content"].split("###The user's request:\n")[1].split("\n")[0] for b in script.bodies}
 
 
-def test_baseline_from_previous_days_gives_drift_numbers(tmp_path: Path) -> None:
+def test_baseline_from_previous_days_gives_drift_numbers(tmp_path: Path, store_url: str) -> None:
     with judge_server(JudgeScript()) as url:
-        settings = quality_settings(tmp_path, url)
+        settings = quality_settings(tmp_path, url, store_url)
+        assert settings.storage.url == store_url
         for n in range(1, 4):  # three baseline days of ~60-token answers
             day = f"2026-11-{29 - n:02d}"
             seed(settings, make_samples(20, day_start=days_before(n), prefix=f"b{n}"))

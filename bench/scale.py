@@ -1,0 +1,254 @@
+"""N engine targets at 15 s: `infermon serve` beside the real Prometheus with the generated rules.
+
+Both scrape the same pages (the V1 fixture, 55 KB, counters growing) from a page farm of a few
+asyncio processes; Prometheus loads deploy/prometheus/recording.yml, so it computes the same
+service series the monitor does. After a warm-up, both are measured side by side: targets up,
+CPU (share of one core), RSS, and the latency of /healthz and /metrics, probed all along.
+
+    python -m bench.scale [--targets 1000] [--seconds 240] [--warmup 90]
+
+Everything it starts (page farm processes, prometheus, the monitor) is stopped by pid at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from bench.pagefarm import PageFarm, process_cpu_seconds, process_rss_bytes
+from bench.pages import grown, v1_page
+from bench.promserver import PrometheusServer, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "deploy" / "prometheus" / "recording.yml"
+TRACE = ROOT / "tests" / "fixtures" / "nvml_h200_trace.json"  # the infra layer plays 8 H200s, every 5 s
+
+
+class RulesPrometheus(PrometheusServer):
+    """Prometheus scraping every page with a `target` label per target, loading the recording rules."""
+
+    def __init__(self, urls: list[str], interval: str) -> None:
+        super().__init__({}, interval=interval)
+        self.urls = urls
+
+    def _config(self) -> dict[str, Any]:
+        groups = []
+        for i, url in enumerate(self.urls):
+            parsed = httpx.URL(url)
+            groups.append({"targets": [f"{parsed.host}:{parsed.port}"],
+                           "labels": {"target": f"t{i}", "__metrics_path__": parsed.path}})
+        return {
+            "global": {"scrape_interval": self.interval, "evaluation_interval": self.interval},
+            "rule_files": [str(RULES)],
+            "scrape_configs": [{"job_name": "engines", "scrape_interval": self.interval,
+                                "scrape_timeout": "10s", "static_configs": groups}],
+        }
+
+
+@dataclass
+class Probe:
+    """Latency of GETs to one URL, taken every `period` seconds on a thread until stopped."""
+
+    url: str
+    period: float
+    seconds: list[float] = field(default_factory=list)
+    failures: int = 0
+
+    def run(self, stop: threading.Event) -> None:
+        with httpx.Client(timeout=10, trust_env=False) as client:
+            while not stop.wait(self.period):
+                started = time.perf_counter()
+                try:
+                    client.get(self.url).raise_for_status()
+                except httpx.HTTPError:
+                    self.failures += 1
+                    continue
+                self.seconds.append(time.perf_counter() - started)
+
+    def summary(self) -> str:
+        if not self.seconds:
+            return f"no answer ({self.failures} failed)"
+        ordered = sorted(self.seconds)
+        p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+        failed = f", {self.failures} failed" if self.failures else ""
+        return f"{statistics.median(ordered) * 1000:.1f} / {p99 * 1000:.1f} ms (n={len(ordered)}{failed})"
+
+
+def monitor_config(urls: list[str], interval: int, port: int, workdir: Path) -> Path:
+    config = {
+        "server": {"host": "127.0.0.1", "port": port, "log_level": "warning"},
+        "storage": {"url": f"sqlite:///{workdir / 'infermon.db'}"},
+        "infra": {"interval": "5s", "replay": {"file": str(TRACE)}},
+        "service": {"scrape_interval": f"{interval}s",
+                    "targets": [{"name": f"t{i}", "url": url} for i, url in enumerate(urls)]},
+    }
+    path = workdir / "infermon.yml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def start_monitor(config: Path, port: int, workdir: Path) -> subprocess.Popen[bytes]:
+    log = (workdir / "infermon.log").open("wb")
+    process = subprocess.Popen([sys.executable, "-m", "monitor.cli", "serve", "-c", str(config)],
+                               stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    stop_process(process)
+    raise RuntimeError(f"infermon did not start: {(workdir / 'infermon.log').read_text()[-2000:]}")
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
+def monitor_up(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line.startswith("inference_target_up{") and line.endswith(" 1.0"))
+
+
+def infra_runs(url: str) -> int:
+    """How many times the infra layer has run (the runs of its first GPU)."""
+    collectors = httpx.get(f"{url}/api/v1/status", timeout=30).json()["collectors"]
+    return max((c["runs"] for c in collectors if c["collector"] == "infra"), default=0)
+
+
+def prom_value(prom: PrometheusServer, expr: str) -> float | None:
+    result = prom.query(expr)
+    return float(result[0]["value"][1]) if result else None
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="infermon-scale-"))
+    step = 5.0
+    base = v1_page()
+    variants = [grown(base, 1 + 0.002 * i).encode() for i in range(int(args.seconds / step) + 40)]
+    with PageFarm(variants, processes=args.processes, step_seconds=step) as farm:
+        urls = farm.urls(args.targets)
+        port = free_port()
+        config = monitor_config(urls, args.interval, port, workdir)
+        with RulesPrometheus(urls, f"{args.interval}s") as prom:
+            monitor = start_monitor(config, port, workdir)
+            try:
+                return measure(args, farm, prom, monitor, f"http://127.0.0.1:{port}")
+            finally:
+                stop_process(monitor)
+                shutil.rmtree(workdir, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer,
+            monitor: subprocess.Popen[bytes], url: str) -> dict[str, Any]:
+    assert prom.process is not None
+    pids = {"infermon": monitor.pid, "prometheus": prom.process.pid}
+    time.sleep(args.warmup)
+    probes = {
+        ("infermon", "/healthz"): Probe(f"{url}/healthz", 0.5),
+        ("infermon", "/metrics"): Probe(f"{url}/metrics", 1.0),
+        ("prometheus", "/healthz"): Probe(f"{prom.url}/-/healthy", 0.5),
+        ("prometheus", "/metrics"): Probe(f"{prom.url}/metrics", 1.0),
+    }
+    stop = threading.Event()
+    threads = [threading.Thread(target=p.run, args=(stop,), daemon=True) for p in probes.values()]
+    cpu0 = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
+    farm0, runs0, started = farm.cpu_seconds(), infra_runs(url), time.monotonic()
+    for thread in threads:
+        thread.start()
+    time.sleep(args.seconds - args.warmup)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=15)
+    elapsed = time.monotonic() - started
+    infra_ticks = infra_runs(url) - runs0
+    cpu = {name: (process_cpu_seconds(pid) - cpu0[name]) / elapsed for name, pid in pids.items()}
+    rss = {name: process_rss_bytes(pid) for name, pid in pids.items()}
+    status = httpx.get(f"{url}/api/v1/status", timeout=30).json()
+    metrics = httpx.get(f"{url}/metrics", timeout=30).text
+    rows = status["layers"]["service"]["targets"]
+    durations = [r["scrape_duration_seconds"] for r in rows if r["scrape_duration_seconds"] is not None]
+    return {
+        "targets": args.targets,
+        "elapsed": elapsed,
+        "up": {"infermon": monitor_up(metrics),
+               "prometheus": int(prom_value(prom, 'count(up{job="engines"} == 1)') or 0)},
+        "cpu": cpu,
+        "rss": rss,
+        "farm_cpu": (farm.cpu_seconds() - farm0) / elapsed,
+        "scrape_ms": {"infermon": statistics.median(durations) * 1000 if durations else None,
+                      "prometheus": 1000 * (prom_value(
+                          prom, 'quantile(0.5, scrape_duration_seconds{job="engines"})') or 0)},
+        "series": {"infermon": sum(1 for line in metrics.splitlines()
+                                   if line.startswith("inference_requests_per_second{")),
+                   "prometheus": int(prom_value(prom, "count(inference_requests_per_second)") or 0)},
+        "rule_eval_s": sum(g["evaluationTime"] for g in httpx.get(
+            f"{prom.url}/api/v1/rules", timeout=30).json()["data"]["groups"]),
+        "schedule": status["layers"]["service"].get("schedule"),
+        "infra_ticks": (infra_ticks, int(elapsed // 5)),
+        "latency": {key: probe.summary() for key, probe in probes.items()},
+    }
+
+
+def report(result: dict[str, Any]) -> str:
+    mib = 1024 * 1024
+    lines = [
+        f"{result['targets']} targets at 15 s, measured over {result['elapsed']:.0f} s after the warm-up",
+        f"{'':<28} {'infermon serve':>22} {'prometheus + rules':>22}",
+        f"{'targets up':<28} {result['up']['infermon']:>22} {result['up']['prometheus']:>22}",
+        f"{'CPU (share of one core)':<28} {result['cpu']['infermon']:>21.0%} {result['cpu']['prometheus']:>21.0%}",
+        f"{'RSS MiB':<28} {result['rss']['infermon'] / mib:>22.0f} {result['rss']['prometheus'] / mib:>22.0f}",
+        f"{'median scrape ms':<28} {result['scrape_ms']['infermon'] or 0:>22.1f} "
+        f"{result['scrape_ms']['prometheus']:>22.1f}",
+        f"{'requests/s series':<28} {result['series']['infermon']:>22} {result['series']['prometheus']:>22}",
+    ]
+    for path in ("/healthz", "/metrics"):
+        ours, theirs = result["latency"][("infermon", path)], result["latency"][("prometheus", path)]
+        lines.append(f"{path + ' p50 / p99':<28} {ours:>22} {theirs:>22}")
+    cpu_ratio = result["cpu"]["infermon"] / max(result["cpu"]["prometheus"], 1e-9)
+    rss_ratio = result["rss"]["infermon"] / max(result["rss"]["prometheus"], 1)
+    lines += [
+        f"ratios: CPU {cpu_ratio:.2f}x (goal <= 0.5), RSS {rss_ratio:.2f}x (goal <= 0.33)",
+        f"page farm CPU {result['farm_cpu']:.0%} of one core; Prometheus rule evaluation "
+        f"{(result['rule_eval_s'] or 0) * 1000:.0f} ms per round",
+        f"infra layer (8 replayed GPUs, every 5 s): {result['infra_ticks'][0]} runs in the window, "
+        f"{result['infra_ticks'][1]} ticks due",
+        f"schedule: {result['schedule']}",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--targets", type=int, default=1000)
+    parser.add_argument("--interval", type=int, default=15)
+    parser.add_argument("--seconds", type=float, default=240, help="total run, warm-up included")
+    parser.add_argument("--warmup", type=float, default=90, help="5m windows need not be full; 1m ones do")
+    parser.add_argument("--processes", type=int, default=2, help="page farm processes")
+    args = parser.parse_args()
+    if args.seconds <= args.warmup:
+        parser.error("--seconds must exceed --warmup")
+    print(report(run(args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

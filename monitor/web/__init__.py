@@ -1,0 +1,1 @@
+"""The overview page at `/` and `infermon status`: one overview model, two faces."""

@@ -1,0 +1,56 @@
+"""The last hour of the headline series, for the overview's small charts.
+
+A bounded ring per series, sampled after each cost tick (which follows the service and infra
+collections): memory stays fixed however long the monitor runs. Prometheus keeps the real
+history; this is only what the page needs to show a trend without one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+HOUR = 3600.0
+MAX_POINTS = 720  # one hour at a 5 s interval; at 15 s the ring holds three hours and shows the last
+
+
+@dataclass(frozen=True)
+class Series:
+    key: str
+    title: str
+    unit: str  # how the template formats a value: "rps", "s", "ratio", "usd_h"
+
+
+HEADLINE = (
+    Series("requests_per_second", "Fleet requests/s", "rps"),
+    Series("ttft_p99_seconds", "P99 TTFT", "s"),
+    Series("gpu_utilization_ratio", "GPU utilization", "ratio"),
+    Series("usd_per_hour", "Spend $/hour", "usd_h"),
+)
+
+
+@dataclass
+class History:
+    max_points: int = MAX_POINTS
+    span_seconds: float = HOUR
+    rings: dict[str, deque[tuple[float, float]]] = field(default_factory=dict)
+
+    def add(self, ts: float, values: dict[str, float | None]) -> None:
+        """One sample per series; a missing value (no data yet, target down) leaves a gap."""
+        for series in HEADLINE:
+            value = values.get(series.key)
+            if value is None:
+                continue
+            ring = self.rings.setdefault(series.key, deque(maxlen=self.max_points))
+            if ring and ring[-1][0] >= ts:
+                continue  # the same tick twice (run_once after a scheduled run): keep time increasing
+            ring.append((ts, float(value)))
+
+    def points(self, key: str, now: float) -> list[tuple[float, float]]:
+        return [(t, v) for t, v in self.rings.get(key, ()) if t > now - self.span_seconds]
+
+
+def mean(values: Iterable[float]) -> float | None:
+    items = list(values)
+    return sum(items) / len(items) if items else None

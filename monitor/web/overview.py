@@ -1,0 +1,194 @@
+"""Everything the overview shows, as one plain JSON-able dict built from the layers' views.
+
+The page (`/`), `/api/v1/status` (under "overview") and `infermon status` all read this one
+shape, so the browser, the terminal and a script see the same numbers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from monitor.cost.collector import FLEET, CostView
+from monitor.health import HealthBook
+from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuState, InfraView
+from monitor.quality.layer import QualityView
+from monitor.service.collector import ServiceView
+from monitor.service.derive import WindowStats
+from monitor.web.history import HEADLINE, History, mean
+
+if TYPE_CHECKING:
+    from monitor.runtime import Monitor
+
+LAYERS = ("service", "infra", "quality", "cost")
+# Which collectors' health speaks for which layer (canary probes are the service as users see it).
+_COLLECTORS = {"service": ("service", "file_sd", "canary"), "infra": ("infra",),
+               "quality": ("quality_run", "quality"), "cost": ("cost",)}
+_ALERT_LAYER = {"canary": "service", "monitor": "service"}
+EVENTS = 15
+TRANSITIONS = 10
+
+
+def overview(monitor: Monitor) -> dict[str, Any]:
+    now = monitor.wall()
+    alerts = _alerts(monitor)
+    sections = {
+        "service": service_rows(monitor.service.view, bool(monitor.settings.service.targets
+                                                           or monitor.settings.service.file_sd)),
+        "infra": gpu_rows(monitor.infra.view),
+        "quality": quality_rows(monitor.quality.view),
+        "cost": cost_summary(monitor.cost.view),
+    }
+    layers = {name: layer_state(name, sections[name], monitor.health, alerts["active"]) for name in LAYERS}
+    return {
+        "ts": now,
+        "window": sections["service"]["window"],
+        "ok": all(layer["state"] in ("ok", "not configured") for layer in layers.values())
+        and not any(a["state"] == "firing" for a in alerts["active"]),
+        "layers": layers,
+        **sections,
+        "alerts": alerts,
+        "events": monitor.store.recent_events(EVENTS),
+        "charts": charts(monitor.history, now),
+    }
+
+
+def headline(service: ServiceView, infra: InfraView, cost: CostView) -> dict[str, float | None]:
+    """The values the history ring samples: fleet requests/s, worst P99 TTFT, mean GPU use, $/h."""
+    window = _window(service)
+    fleet = [stats for (_, w), stats in service.fleet.items() if w == window]
+    rates = [s.requests_per_second for s in fleet if s.requests_per_second is not None]
+    p99 = [s.quantiles.get("ttft", {}).get(0.99) for s in fleet]
+    util = [g.reading.utilization_ratio for g in infra.gpus if g.up and g.reading is not None]
+    return {
+        "requests_per_second": sum(rates) if rates else None,
+        "ttft_p99_seconds": max((v for v in p99 if v is not None), default=None),
+        "gpu_utilization_ratio": mean(v for v in util if v is not None),
+        "usd_per_hour": cost.numbers.usd_per_hour if cost.present else None,
+    }
+
+
+def _window(service: ServiceView) -> str:
+    """The shortest window: the page is about now."""
+    return min(service.windows, key=lambda w: w.seconds).label if service.windows else ""
+
+
+def service_rows(view: ServiceView, configured: bool) -> dict[str, Any]:
+    window = _window(view)
+    rows = []
+    for name, target in sorted(view.targets.items()):
+        models = sorted({model for model, w in target.stats if w == window} | set(_gauge_models(target.gauges)))
+        base = {"target": name, "up": target.up, "engine": target.engine, "generation": target.generation}
+        if not models or not target.up:
+            rows.append({**base, "model": None})
+            continue
+        for model in models:
+            stats = target.stats.get((model, window), WindowStats())
+            rows.append({**base, "model": model, **_stats(stats),
+                         "running": target.gauges.get("running", {}).get(model),
+                         "waiting": target.gauges.get("waiting", {}).get(model),
+                         "kv_cache_ratio": target.gauges.get("kv_cache", {}).get(model)})
+    fleet = [{"model": model, **_stats(stats)} for (model, w), stats in sorted(view.fleet.items()) if w == window]
+    return {"configured": configured, "window": window, "rows": rows, "fleet": fleet,
+            "objectives": {"ttft_seconds": view.objectives.ttft_seconds,
+                           "tpot_seconds": view.objectives.tpot_seconds}}
+
+
+def _gauge_models(gauges: dict[str, dict[str, float]]) -> set[str]:
+    return {model for per_model in gauges.values() for model in per_model}
+
+
+def _stats(stats: WindowStats) -> dict[str, float | None]:
+    ttft, tpot = stats.quantiles.get("ttft", {}), stats.quantiles.get("tpot", {})
+    return {"requests_per_second": stats.requests_per_second, "error_ratio": stats.error_ratio,
+            "generation_tokens_per_second": stats.generation_tokens_per_second,
+            "ttft_p50_seconds": ttft.get(0.5), "ttft_p99_seconds": ttft.get(0.99),
+            "tpot_p50_seconds": tpot.get(0.5), "tpot_p99_seconds": tpot.get(0.99)}
+
+
+def gpu_rows(view: InfraView) -> dict[str, Any]:
+    return {"configured": bool(view.gpus), "rows": [_gpu(g) for g in view.gpus]}
+
+
+def _gpu(gpu: GpuState) -> dict[str, Any]:
+    row: dict[str, Any] = {"node": gpu.node, "gpu": gpu.gpu, "source": gpu.source, "up": gpu.up, "error": gpu.error,
+                           "model": gpu.identity.model if gpu.identity else None}
+    r = gpu.reading
+    if r is None:
+        return row
+    mask = r.clock_event_mask or 0
+    return {**row, "utilization_ratio": r.utilization_ratio, "memory_used_bytes": r.memory_used_bytes,
+            "memory_total_bytes": r.memory_total_bytes, "memory_used_ratio": r.memory_used_ratio,
+            "temperature_celsius": r.temperature_celsius, "power_watts": r.power_watts,
+            "power_limit_watts": r.power_limit_watts, "power_used_ratio": r.power_used_ratio,
+            "clock_events": [reason for reason, bit in CLOCK_EVENT_REASONS.items() if mask & bit]}
+
+
+def quality_rows(view: QualityView) -> dict[str, Any]:
+    rows = []
+    for model, result in sorted(view.latest.items()):
+        s = result.summary
+        histogram = s.get("score_histogram") or {}
+        rows.append({"model": model, "date": result.date, "finished": result.finished,
+                     "samples": s.get("samples"), "score_mean": s.get("score_mean"),
+                     "score_baseline_delta": s.get("score_baseline_delta"),
+                     "histogram": [int(histogram.get(str(score), 0)) for score in range(1, 6)],
+                     "refusal_ratio": s.get("refusal_ratio"), "hallucination_ratio": s.get("hallucination_ratio"),
+                     "psi": s.get("psi"), "length_change_ratio": s.get("output_length_mean_change_ratio"),
+                     "report": f"/reports/quality/{result.date}"})
+    return {"configured": bool(rows), "rows": rows, "judge_cost_usd_total": view.judge_cost_usd_total}
+
+
+def cost_summary(view: CostView) -> dict[str, Any]:
+    n = view.numbers
+    per_million = sorted((model, window, tokens, usd) for (model, window, tokens), usd in n.per_million.items())
+    return {"configured": view.present, "usd_per_hour": n.usd_per_hour if view.present else None,
+            "idle_usd_per_hour": n.idle_usd_per_hour, "idle_ratio": n.idle_ratio,
+            "per_million": [{"model": m, "window": w, "tokens": t, "usd": usd} for m, w, t, usd in per_million],
+            "day": view.day, "today_usd": view.today.get(FLEET) if view.present else None,
+            "budget_usd": view.budget_usd, "budget_used_ratio": view.budget_used_ratio if view.present else None,
+            "unpriced_gpus": len(n.unpriced)}
+
+
+def _alerts(monitor: Monitor) -> dict[str, Any]:
+    active = monitor.alerting.active() if monitor.alerting else []
+    recent = monitor.delivery.recent(50)
+    delivered: dict[str, dict[str, str]] = {}
+    for row in reversed(recent):  # oldest first: the newest transition of an alert wins
+        delivered[_key(row["labels"])] = row["deliveries"]
+    rows = [{**a, "layer": _ALERT_LAYER.get(a["labels"].get("layer", ""), a["labels"].get("layer")),
+             "name": a["labels"].get("alertname", ""),
+             "probable_cause": a["annotations"].get("probable_cause"),
+             "deliveries": delivered.get(_key(a["labels"]), {})} for a in active]
+    rows.sort(key=lambda a: (a["state"] != "firing", a["name"]))
+    return {"enabled": monitor.alerting is not None, "active": rows, "recent": recent[:TRANSITIONS]}
+
+
+def _key(labels: dict[str, str]) -> str:
+    return "\x00".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def layer_state(name: str, section: dict[str, Any], health: HealthBook,
+                alerts: list[dict[str, Any]]) -> dict[str, Any]:
+    """ok / firing / failing / not configured, with the reason in a few words."""
+    firing = [a["name"] for a in alerts if a["layer"] == name and a["state"] == "firing"]
+    failing = [e for e in health.entries.values()
+               if e.collector in _COLLECTORS[name] and e.present and e.success is False]
+    down = [r for r in section.get("rows", []) if r.get("up") is False]
+    if firing:
+        return {"state": "firing", "detail": ", ".join(sorted(set(firing)))}
+    if failing or down:
+        what = [f"{e.collector}{'/' + e.target if e.target else ''}: {e.error or 'failed'}" for e in failing]
+        what += [f"{_row_name(r)} down" for r in down]
+        return {"state": "failing", "detail": "; ".join(dict.fromkeys(what))}
+    if not section.get("configured"):
+        return {"state": "not configured", "detail": ""}
+    return {"state": "ok", "detail": ""}
+
+
+def _row_name(row: dict[str, Any]) -> str:
+    return str(row["target"]) if "target" in row else f"GPU {row.get('node')}/{row.get('gpu')}"
+
+
+def charts(history: History, now: float) -> list[dict[str, Any]]:
+    return [{"key": s.key, "title": s.title, "unit": s.unit, "points": history.points(s.key, now)}
+            for s in HEADLINE]

@@ -1,0 +1,118 @@
+"""GET / (the overview page) and /static/: server-rendered with Jinja2, assets served here."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, FastAPI
+from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.staticfiles import StaticFiles
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from monitor.web.charts import sparkline
+from monitor.web.history import HOUR
+from monitor.web.overview import overview
+
+if TYPE_CHECKING:
+    from monitor.runtime import Monitor
+
+HERE = Path(__file__).parent
+MIN_REFRESH_SECONDS = 5
+
+
+def environment() -> Environment:
+    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(num=num, ms=ms, pct=pct, usd=usd, gib=gib, ago=ago, clock=clock, by_unit=by_unit)
+    env.globals.update(sparkline=sparkline, slo=slo, above=above)
+    return env
+
+
+def add_overview_routes(app: FastAPI, monitor: Monitor) -> None:
+    env = environment()
+    template = env.get_template("overview.html")
+    router = APIRouter()
+
+    @router.get("/", response_class=HTMLResponse)
+    async def page() -> HTMLResponse:  # on the loop, like /metrics: no race with the collectors
+        return HTMLResponse(render_page(template, monitor))
+
+    @router.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> FileResponse:  # every page gets one (the quality report too): no 404 in consoles
+        return FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml")
+
+    app.include_router(router)
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+
+
+def render_page(template: Any, monitor: Monitor) -> str:
+    data = overview(monitor)
+    refresh = max(MIN_REFRESH_SECONDS, int(min(monitor.settings.service.scrape_interval.seconds,
+                                                monitor.settings.infra.interval.seconds)))
+    return str(template.render(o=data, refresh=refresh, now=data["ts"], hour_start=data["ts"] - HOUR))
+
+
+def _ok(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def num(value: Any, digits: int = 1) -> str:
+    return f"{value:,.{digits}f}" if _ok(value) else "–"
+
+
+def ms(seconds: Any) -> str:
+    if not _ok(seconds):
+        return "–"
+    return f"{seconds * 1000:,.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
+
+
+def pct(ratio: Any, digits: int = 1) -> str:
+    return f"{ratio * 100:.{digits}f} %" if _ok(ratio) else "–"
+
+
+def usd(value: Any, digits: int = 2) -> str:
+    return f"${value:,.{digits}f}" if _ok(value) else "–"
+
+
+def gib(value: Any) -> str:
+    return f"{value / 2**30:,.1f} GiB" if _ok(value) else "–"
+
+
+def ago(ts: Any, now: float) -> str:
+    if not _ok(ts):
+        return "–"
+    seconds = max(0.0, now - ts)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return f"{seconds:.0f} s ago"
+
+
+def clock(ts: Any) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(ts)) if _ok(ts) else "–"  # UTC, as the alerts' times
+
+
+def by_unit(value: Any, unit: str) -> str:
+    if unit == "rps":
+        return num(value, 2)
+    if unit == "s":
+        return ms(value)
+    if unit == "ratio":
+        return pct(value)
+    return usd(value) + "/h"
+
+
+def slo(value: Any, objective: float) -> str:
+    """A latency's colour against its objective: within, over, or far over (5x)."""
+    if not _ok(value):
+        return ""
+    return "good" if value <= objective else ("bad" if value > 5 * objective else "warn")
+
+
+def above(value: Any, warn: float, bad: float) -> str:
+    if not _ok(value):
+        return ""
+    return "bad" if value > bad else ("warn" if value > warn else "good")

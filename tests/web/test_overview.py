@@ -1,0 +1,135 @@
+"""The overview model and the page at / on real pages, rendered through the real app."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import httpx
+
+from monitor.config import load_settings
+from monitor.quality.layer import ModelResult, QualityView
+from monitor.runtime import Monitor
+from monitor.web.overview import quality_rows
+from monitor.web.page import environment, gib, ms, num, pct, render_page, usd
+from tests.appserver import serve_app
+from tests.pageserver import status_page
+from tests.web.scenario import cell, row, rules_file, settings_for, two_targets
+
+
+def collected(monitor: Monitor, cycles: int = 4, step: float = 5.0) -> None:
+    clock = [1_767_300_000.0]
+    monitor.wall = lambda: clock[0]
+
+    async def run() -> None:
+        for _ in range(cycles):
+            await monitor.run_once()
+            clock[0] += step
+
+    asyncio.run(run())
+
+
+def page_of(monitor: Monitor) -> str:
+    return render_page(environment().get_template("overview.html"), monitor)
+
+
+def test_every_section_shows_the_numbers_of_the_views() -> None:
+    with two_targets() as server:
+        monitor = Monitor(settings_for(server))
+        collected(monitor)
+        overview = monitor.status()["overview"]
+        html = page_of(monitor)
+        asyncio.run(monitor.aclose())
+    assert overview["ok"] and {layer["state"] for layer in overview["layers"].values()} == {"ok", "not configured"}
+    assert overview["layers"]["quality"]["state"] == "not configured"
+    stats = monitor.service.view.targets["vllm-b"].stats
+    (model,) = {m for m, _ in stats}
+    b = stats[(model, "30s")]
+    b_row = row(html, "target", "vllm-b")
+    assert cell(b_row, "rps") == num(b.requests_per_second, 2) and b.requests_per_second
+    assert cell(b_row, "ttft_p99") == ms(b.quantiles["ttft"][0.99])
+    assert cell(b_row, "tpot_p50") == ms(b.quantiles["tpot"][0.5])
+    assert cell(b_row, "errors") == pct(b.error_ratio, 2)
+    fleet = monitor.service.view.fleet[(model, "30s")]
+    assert cell(row(html, "fleet", model), "rps") == num(fleet.requests_per_second, 2)
+    assert fleet.requests_per_second and fleet.requests_per_second > b.requests_per_second
+    gpu = monitor.infra.view.gpus[0]
+    assert gpu.reading is not None
+    g_row = row(html, "gpu", "n1/0")
+    assert cell(g_row, "util") == pct(gpu.reading.utilization_ratio)
+    assert cell(g_row, "mem").startswith(gib(gpu.reading.memory_used_bytes))
+    assert cell(g_row, "power") == f"{num(gpu.reading.power_watts, 0)} / {num(gpu.reading.power_limit_watts, 0)} W"
+    assert f"{usd(monitor.cost.view.numbers.usd_per_hour)}/h" in html and monitor.cost.view.numbers.usd_per_hour == 3.5
+    # the charts: one sample per cycle of each headline series
+    charts = {c["key"]: c["points"] for c in overview["charts"]}
+    assert len(charts["requests_per_second"]) == 3  # rates from the second cycle on
+    assert len(charts["usd_per_hour"]) == 4 and charts["usd_per_hour"][-1][1] == 3.5
+    assert html.count("<polyline") == 4
+    assert "http://" not in re.sub(r'href="/[^"]*"', "", html.split("<body>")[0])  # nothing from outside
+
+
+def test_a_target_down_turns_its_row_red_and_its_layer_failing() -> None:
+    with two_targets() as server:
+        monitor = Monitor(settings_for(server, gpus=False))
+        collected(monitor, cycles=2)
+        server.set("/b", status_page(500))
+        collected(monitor, cycles=1)
+        overview = monitor.status()["overview"]
+        html = page_of(monitor)
+        asyncio.run(monitor.aclose())
+    assert row(html, "target", "vllm-b").startswith('<tr class="down"')
+    assert row(html, "target", "vllm-a").startswith('<tr class="up"')
+    service = overview["layers"]["service"]
+    assert service["state"] == "failing" and "vllm-b" in service["detail"] and not overview["ok"]
+    assert 'data-layer="service" data-state="failing"' in html
+    assert any(e["target"] == "vllm-b" and e["state"] == "down" for e in overview["events"])
+    assert re.search(r"service/vllm-b\s*<b class=\"bad\">down</b>", html)
+
+
+def test_a_firing_alert_shows_its_probable_cause_and_fires_its_layer(tmp_path: Path) -> None:
+    with two_targets() as server:
+        settings = settings_for(server, {"alerting": {"enabled": True, "rules_files": [str(rules_file(tmp_path))]}},
+                                gpus=False)
+        monitor = Monitor(settings)
+        collected(monitor, cycles=2)
+        overview = monitor.status()["overview"]
+        html = page_of(monitor)
+        asyncio.run(monitor.aclose())
+    assert overview["layers"]["service"]["state"] == "firing" and not overview["ok"]
+    firing = [a for a in overview["alerts"]["active"] if a["state"] == "firing"]
+    assert {a["labels"]["target"] for a in firing} == {"vllm-a", "vllm-b"}
+    assert firing[0]["probable_cause"] == "the test made it so <b>on purpose</b>"
+    # shown next to the alert, escaped
+    assert "probable cause: the test made it so &lt;b&gt;on purpose&lt;/b&gt;" in html
+    assert 'data-alert="TargetUpForTest"' in html
+
+
+def test_a_bare_monitor_says_what_is_not_configured() -> None:
+    monitor = Monitor(load_settings(None, {"infra": {"nvml": {"enabled": "false"}}, "alerting": {"enabled": False}}))
+    collected(monitor, cycles=1)
+    overview = monitor.status()["overview"]
+    html = page_of(monitor)
+    asyncio.run(monitor.aclose())
+    assert overview["ok"] and all(layer["state"] == "not configured" for layer in overview["layers"].values())
+    assert "No service targets" in html and "No GPUs" in html and "no data yet" in html
+
+
+def test_the_app_serves_the_page_and_its_stylesheet() -> None:
+    with two_targets() as server:
+        monitor = Monitor(settings_for(server, gpus=False))
+        with serve_app(monitor) as url, httpx.Client(base_url=url, timeout=10, trust_env=False) as client:
+            page = client.get("/")
+            css = client.get("/static/overview.css")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert '<meta http-equiv="refresh"' in page.text and 'href="/static/overview.css"' in page.text
+    assert css.status_code == 200 and css.headers["content-type"].startswith("text/css") and ".pill" in css.text
+
+
+def test_quality_rows_take_the_last_run_per_model_and_link_its_report() -> None:
+    summary = {"samples": 100, "score_mean": 3.2, "score_histogram": {"1": 5, "3": 20, "5": 75},
+               "refusal_ratio": 0.02, "hallucination_ratio": 0.07, "psi": 0.31, "output_length_mean_change_ratio": -0.4}
+    rows = quality_rows(QualityView({"m": ModelResult("2026-11-30", 1.0, summary)}, 0.5, loaded=True))
+    (q,) = rows["rows"]
+    assert q["histogram"] == [5, 0, 20, 0, 75] and q["report"] == "/reports/quality/2026-11-30"
+    assert q["score_mean"] == 3.2 and q["psi"] == 0.31 and q["length_change_ratio"] == -0.4

@@ -1,0 +1,51 @@
+"""`infermon status` against a running monitor: the tables and the exit codes 0, 1 and 2."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+from typer.testing import CliRunner
+
+from monitor.cli import app
+from monitor.runtime import Monitor
+from tests.appserver import serve_app
+from tests.pageserver import PageServer, status_page
+from tests.web.scenario import settings_for, two_targets
+
+
+def wait_for(url: str, ok: bool, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        overview = httpx.get(f"{url}/api/v1/status", timeout=5, trust_env=False).json()["overview"]
+        if overview["ok"] is ok and all(r.get("requests_per_second") is not None
+                                        for r in overview["service"]["rows"] if r["up"]):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the monitor never reported ok={ok}")
+
+
+def test_status_prints_the_overview_and_exits_0_then_1_when_a_target_goes_down() -> None:
+    runner = CliRunner()
+    with two_targets() as server, serve_app(Monitor(settings_for(server))) as url:
+        wait_for(url, ok=True)
+        # On a loaded machine a scrape can time out between the two reads: ask again, boundedly.
+        deadline = time.monotonic() + 20
+        while (fine := runner.invoke(app, ["status", "--url", url], env={"COLUMNS": "200"})).exit_code != 0:
+            assert time.monotonic() < deadline, fine.output
+            time.sleep(0.5)
+        server.set("/b", status_page(503))
+        wait_for(url, ok=False)
+        down = runner.invoke(app, ["status", "--url", url], env={"COLUMNS": "200"})
+    assert fine.exit_code == 0, fine.output
+    assert "vllm-a" in fine.output and "vllm-b" in fine.output and "NVIDIA H200" in fine.output
+    assert "$3.50/h" in fine.output and "service: ok" in fine.output and fine.output.rstrip().endswith("OK")
+    assert down.exit_code == 1, down.output
+    assert "DOWN" in down.output and "service: failing" in down.output and "ATTENTION" in down.output
+
+
+def test_status_exits_2_when_no_monitor_answers() -> None:
+    with PageServer() as server:
+        refused = server.refused_url("/")
+    result = CliRunner().invoke(app, ["status", "--url", refused.rstrip("/")])
+    assert result.exit_code == 2 and "cannot read the monitor's status" in result.output
