@@ -163,8 +163,8 @@ inference-monitor demo (the engine is a SIMULATOR of a vLLM server, driven at {D
             minute: inference_quality_* and http://127.0.0.1:{port}/reports/quality/<today>
   canary    one streamed chat every 15 s through the simulator's API (inference_canary_*)
   cost      http://127.0.0.1:{port}/api/v1/cost   (H200 at a demo $3.5/h, static Ascend + RTX 4090 fleets)
-Numbers appear within ~15 s; faults (latency spike, error burst, slow decode, KV pressure)
-cycle every 10 minutes; alerts are delivered to a webhook sink the demo runs (one log line each).
+Numbers appear within ~15 s; a 30-minute fault cycle shows each probable cause of an alert once
+(from minute 3, every 3 minutes); alerts are delivered to a webhook sink the demo runs (one log line each).
 Ctrl-C stops.
 """, flush=True)
 
