@@ -83,7 +83,7 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     async def alerts() -> dict[str, object]:
         active = monitor.alerting.active() if monitor.alerting else []
         return {"active": active, "transitions": monitor.transitions()}
-    add_alertmanager_route(app, monitor.delivery, monitor.settings.api.token)
+    add_alertmanager_route(app, monitor.delivery, monitor.settings.api.token, monitor.explainer)
     from monitor.web.page import add_overview_routes
 
     add_overview_routes(app, monitor)

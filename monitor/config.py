@@ -280,6 +280,33 @@ def _read_secret_env(variable: str, key: str) -> str:
 SHIPPED_RULE_FILES = ("infra", "service", "monitor", "cost", "canary", "quality")
 
 
+class CauseSettings(_Section):
+    """Thresholds of the probable-cause table (monitor/alerting/causes.py): when a fact stands out."""
+
+    kv_cache_ratio: float = Field(0.9, ge=0, le=1, description="kv_cache_pressure: KV-cache usage at or above this ...")
+    preemptions_per_second: float = Field(0.0, ge=0, description="... with preemptions above this rate")
+    queue_waiting: float = Field(5.0, ge=0, description="queue_saturation: requests waiting at or above this ...")
+    gpu_busy_ratio: float = Field(0.9, ge=0, le=1, description="... while the target's GPUs are this busy")
+    throttle_reasons: list[str] = Field(
+        default_factory=lambda: ["sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"],
+        description="gpu_throttling: the clock-event reasons that count (thermal, power, hardware)",
+    )
+    gpu_memory_ratio: float = Field(0.95, ge=0, le=1, description="gpu_memory: GPU memory used at or above this")
+    error_ratio: float = Field(0.01, ge=0, le=1, description="engine_errors: error ratio at or above this")
+    throughput_baseline_ratio: float = Field(
+        0.7, ge=0, description="traffic_drop: throughput below this share of its baseline (with nobody waiting)")
+
+    @field_validator("throttle_reasons")
+    @classmethod
+    def _known_reasons(cls, value: list[str]) -> list[str]:
+        from monitor.infra.reading import CLOCK_EVENT_REASONS
+
+        unknown = sorted(set(value) - set(CLOCK_EVENT_REASONS))
+        if unknown:
+            raise ValueError(f"unknown clock-event reasons {unknown} (known: {sorted(CLOCK_EVENT_REASONS)})")
+        return value
+
+
 class AlertingSettings(_Section):
     enabled: bool = True
     rules_files: list[Path] = Field(
@@ -289,6 +316,7 @@ class AlertingSettings(_Section):
     evaluation_interval: Duration = Field(Duration("15s"))
     external_url: str | None = Field(None, description="This monitor's URL as users reach it (generatorURL)")
     receivers: list[ReceiverSettings] = Field(default_factory=list)
+    causes: CauseSettings = Field(default_factory=CauseSettings, description="Probable-cause thresholds")
 
     @field_validator("receivers")
     @classmethod

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import tempfile
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,13 @@ import uvicorn
 
 from monitor.app import create_app
 from monitor.config import Settings, load_settings
+from monitor.infra.replay import ReplayNvml
 from monitor.runtime import Monitor
+from monitor.sim.demo_cycle import HeldReplayClock, demo_rules, scheduled_load
 from monitor.sim.engine import DEFAULT_MODEL, SimulatedEngine
 from monitor.sim.faults import demo_schedule
 from monitor.sim.load import LoadConfig, run_load
+from monitor.sim.profile import EngineConfig
 from monitor.sim.quality_feed import feed_request_log, serve_judge, simulated_history
 from monitor.sim.server import serve
 from monitor.sim.webhook_sink import serve_sink
@@ -60,6 +64,10 @@ def demo_settings(sim_url: str, port: int, extra: dict[str, Any] | None = None) 
             "static_gpus": [{"model": "Ascend 910C", "count": 8, "node": "rack-cn"},
                             {"model": "NVIDIA GeForce RTX 4090", "count": 1, "node": "workstation"}],
         },
+        # The fault cycle shows each probable cause once (monitor.sim.faults.demo_schedule): rules
+        # on the 1m window with short `for`, and the recording's 93 % memory fill counted as full.
+        "alerting": {"rules_files": [str(p) for p in demo_rules(Path(tempfile.mkdtemp(prefix="infermon-demo-rules-")))],
+                     "causes": {"gpu_memory_ratio": 0.9}},
     }
     for section, values in (extra or {}).items():
         sections.setdefault(section, {}).update(values)
@@ -73,7 +81,7 @@ def _free_port() -> int:
 
 
 async def run_demo(port: int = 9480, duration: float | None = None) -> None:
-    sim = SimulatedEngine(faults=demo_schedule())
+    sim = SimulatedEngine(EngineConfig(max_num_seqs=DEMO_MAX_NUM_SEQS), faults=demo_schedule())
     sim_port = _free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
     started = asyncio.Event()
@@ -90,13 +98,14 @@ async def run_demo(port: int = 9480, duration: float | None = None) -> None:
     settings = demo_settings(sim_url, port, extra={"quality": demo_quality(judge_port),
                                                    "alerting": demo_alerting(sink_port)})
     monitor = Monitor(settings)
+    _gpu_follows_the_cycle(monitor, sim)
     server = uvicorn.Server(uvicorn.Config(create_app(monitor), host="127.0.0.1", port=port,
                                            log_level="warning", log_config=None, access_log=False))
     tasks.append(asyncio.create_task(server.serve(), name="monitor"))
     tasks.append(asyncio.create_task(quality_scenario(monitor, sim, sim_url, server, port), name="quality"))
     load = LoadConfig(rps=DEMO_RPS, duration_s=duration if duration is not None else 7 * 86400.0,
                       max_tokens=(32, 256), drain_timeout_s=5.0)
-    tasks.append(asyncio.create_task(run_load(sim_url, load), name="load"))
+    tasks.append(asyncio.create_task(scheduled_load(sim_url, sim, load), name="load"))
     tasks.append(asyncio.create_task(_long_prompt_bursts(sim_url), name="long-prompts"))
     _banner(port, sim_url)
     try:
@@ -112,6 +121,17 @@ async def run_demo(port: int = 9480, duration: float | None = None) -> None:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, 10)
+
+
+DEMO_MAX_NUM_SEQS = 48  # room for the demo's load (~18 running, ~30 in a latency spike), not for 6x slower decoding
+
+
+def _gpu_follows_the_cycle(monitor: Monitor, sim: SimulatedEngine) -> None:
+    """The replayed H200 is held where the fault cycle says (busy, memory full, idle)."""
+    backend = monitor.infra.local.backend if monitor.infra.local is not None else None
+    replay = getattr(backend, "nvml", None)
+    if isinstance(replay, ReplayNvml):
+        replay.clock = HeldReplayClock(sim, replay.trace.period)
 
 
 async def _long_prompt_bursts(sim_url: str) -> None:
@@ -143,8 +163,8 @@ inference-monitor demo (the engine is a SIMULATOR of a vLLM server, driven at {D
             minute: inference_quality_* and http://127.0.0.1:{port}/reports/quality/<today>
   canary    one streamed chat every 15 s through the simulator's API (inference_canary_*)
   cost      http://127.0.0.1:{port}/api/v1/cost   (H200 at a demo $3.5/h, static Ascend + RTX 4090 fleets)
-Numbers appear within ~15 s; faults (latency spike, error burst, slow decode, KV pressure)
-cycle every 10 minutes; alerts are delivered to a webhook sink the demo runs (one log line each).
+Numbers appear within ~15 s; a 30-minute fault cycle shows each probable cause of an alert once
+(from minute 3, every 3 minutes); alerts are delivered to a webhook sink the demo runs (one log line each).
 Ctrl-C stops.
 """, flush=True)
 

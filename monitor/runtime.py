@@ -21,8 +21,10 @@ import httpx
 from prometheus_client.core import Metric
 
 from monitor import __version__
+from monitor.alerting.context import Views
 from monitor.alerting.delivery import Delivery, render_delivery
 from monitor.alerting.embedded import EmbeddedEvaluator, Transitions, exposition_samples
+from monitor.alerting.explain import Explainer
 from monitor.alerting.model import AlertSink
 from monitor.alerting.rules import RulesError, RuleSet, load_rules
 from monitor.canary.collector import CanaryCollector
@@ -158,6 +160,10 @@ class Monitor:
             # The registry's exporter holds this very list: the firing counts join /metrics.
             renderers.append(lambda: [self.alerting.render()] if self.alerting else [])
             self.jobs.append(Job("alerts", settings.alerting.evaluation_interval.seconds, self.evaluate_alerts))
+        # alert context (#12): the other layers' evidence and a probable cause on each alert as it fires
+        self.explainer = Explainer(self.views, settings.alerting.causes)
+        if self.alerting is not None:
+            self.alerting.explain = self.explainer
         # What /metrics serves under `infermon serve`, and what in-process readers take:
         # `monitor.exposition.latest.body`, rendered once per publish tick in the worker thread.
         self.exposition = ExpositionCache(self.registry, wall)
@@ -283,6 +289,10 @@ class Monitor:
         log.info("configuration reloaded: %d static target(s), file_sd %s%s", len(fresh.service.targets),
                  fresh.service.file_sd or "none", f"; changed, applied at restart: {', '.join(later)}" if later else "")
         return True
+
+    def views(self) -> Views:
+        """What /metrics renders now, for an alert's context."""
+        return Views(self.service.view, self.infra.view, self.cost.view.topology, self.quality.view)
 
     async def evaluate_alerts(self) -> None:
         """The rules on what /metrics exports: under `infermon serve` the pre-rendered page, read

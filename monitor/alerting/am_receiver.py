@@ -9,6 +9,7 @@ once (a payload posted twice becomes one message). The bearer token is required 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Literal
 
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from sqlalchemy.exc import SQLAlchemyError
 
 from monitor.alerting.delivery import Delivery
+from monitor.alerting.explain import CONTEXT, PROBABLE_CAUSE
 from monitor.alerting.model import Alert
 from monitor.auth import bearer_guard
 
@@ -61,10 +63,32 @@ def to_alerts(payload: AmPayload) -> list[Alert]:
     ]
 
 
-def add_alertmanager_route(app: FastAPI, delivery: Delivery, token: SecretStr | None) -> None:
+Explain = Callable[[Mapping[str, str]], dict[str, str]]
+
+
+def with_context(alert: Alert, explain: Explain) -> Alert:
+    """A firing alert Prometheus evaluated gains the monitor's own evidence, as annotations,
+    when its labels name a target, GPU or model the monitor knows (and it has none already)."""
+    if alert.status != "firing" or CONTEXT in alert.annotations or PROBABLE_CAUSE in alert.annotations:
+        return alert
+    try:
+        extra = explain(alert.labels)
+    except Exception:  # the evidence is a bonus: the alert is stored and sent without it
+        log.exception("alertmanager webhook: context for %s failed", alert.name)
+        return alert
+    if not extra:
+        return alert
+    return Alert(alert.labels, {**alert.annotations, **extra}, alert.starts_at, alert.ends_at,
+                 alert.generator_url, alert.fingerprint)
+
+
+def add_alertmanager_route(app: FastAPI, delivery: Delivery, token: SecretStr | None,
+                           explain: Explain | None = None) -> None:
     @app.post("/api/v1/alertmanager", dependencies=[Depends(bearer_guard(token))])
     async def alertmanager_webhook(payload: AmPayload) -> JSONResponse:
         alerts = to_alerts(payload)
+        if explain is not None:
+            alerts = [with_context(alert, explain) for alert in alerts]
         try:
             new = delivery.store(alerts, "alertmanager")
         except SQLAlchemyError as exc:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote_plus
@@ -30,6 +30,9 @@ from monitor.store.alerting_state import StoredAlert, load_alert_states, save_al
 log = logging.getLogger("monitor.alerting")
 
 Transitions = Callable[[], list[dict[str, Any]]]
+Explain = Callable[[Mapping[str, str]], dict[str, str]]
+"""labels -> the annotations an alert gains when it fires (`context`, `probable_cause`)"""
+EXPLAINED = ("context", "probable_cause")
 
 
 class LoggingSink:
@@ -91,6 +94,9 @@ class EmbeddedEvaluator:
         self._saved: dict[tuple[str, str], tuple[object, ...]] = {}
         self._unsent: list[Alert] = []
         self._orphans: list[StoredAlert] = []
+        # Set by the monitor: the other layers' evidence, taken once, when an alert fires.
+        self.explain: Explain | None = None
+        self.explained: dict[tuple[str, str], dict[str, str]] = {}
         self._restore()
 
     # ---- one evaluation -----------------------------------------------------------------
@@ -118,7 +124,7 @@ class EmbeddedEvaluator:
         for state in self.states:
             previous_error = state.last_error
             for transition in state.evaluate(samples, ts, self.external_url, slack):
-                alerts.append(self._as_alert(transition))
+                alerts.append(self._as_alert(transition, self._explained(state.rule.key, transition)))
             if state.last_error and state.last_error != previous_error:  # once when it starts or changes
                 log.warning("alert rule %s: %s", state.rule.name, state.last_error)
         self.last_ts = ts
@@ -136,11 +142,28 @@ class EmbeddedEvaluator:
             log.exception("alert sink refused %d transition(s); retrying at the next evaluation", len(pending))
             self._unsent = pending
 
-    def _as_alert(self, transition: Transition) -> Alert:
+    def _explained(self, rule_key: str, transition: Transition) -> dict[str, str]:
+        """Firing: the evidence now, kept for /api/v1/alerts and the resolved message; resolved:
+        the evidence it fired with (what it was about, not the calm after)."""
+        key = (rule_key, transition.alert.fingerprint)
+        if transition.resolved_at is not None:
+            return self.explained.pop(key, {})
+        if self.explain is None:
+            return {}
+        try:
+            extra = self.explain(transition.alert.labels)
+        except Exception:  # a bug in the evidence must not hold back the alert itself
+            log.exception("alert context for %s failed; sending it without", transition.rule.name)
+            extra = {}
+        self.explained[key] = extra
+        return extra
+
+    def _as_alert(self, transition: Transition, extra: Mapping[str, str] | None = None) -> Alert:
         alert = transition.alert
         fired = alert.fired_at if alert.fired_at is not None else transition.at
         ends = _utc(transition.resolved_at) if transition.resolved_at is not None else None
-        return Alert(dict(alert.labels), dict(alert.annotations), _utc(fired), ends, self._generator_url(transition))
+        return Alert(dict(alert.labels), _annotated(alert.annotations, extra), _utc(fired), ends,
+                     self._generator_url(transition))
 
     def _generator_url(self, transition: Transition) -> str:
         if not self.external_url:
@@ -159,8 +182,12 @@ class EmbeddedEvaluator:
                 if row.state == "firing":  # its rule is gone: the receivers hear it is over
                     self._orphans.append(row)
                 continue
+            notes = {k: v for k, v in row.annotations.items() if k not in EXPLAINED}
+            if row.state == "firing" and len(notes) < len(row.annotations):
+                self.explained[(row.rule, row.fingerprint)] = {
+                    k: v for k, v in row.annotations.items() if k in EXPLAINED}
             state.active[row.fingerprint] = ActiveAlert(
-                dict(row.labels), dict(row.annotations), row.value, row.active_at,
+                dict(row.labels), notes, row.value, row.active_at,
                 "firing" if row.state == "firing" else "pending", row.fired_at, row.keep_firing_since)
         if stale:
             save_alert_states(self.engine, [], stale)
@@ -183,7 +210,8 @@ class EmbeddedEvaluator:
         upserts = []
         for rule_key, fp in changed:
             a = by_key[rule_key].active[fp]
-            upserts.append(StoredAlert(rule_key, fp, a.labels, a.annotations, a.state, a.active_at, a.fired_at,
+            notes = _annotated(a.annotations, self.explained.get((rule_key, fp)))
+            upserts.append(StoredAlert(rule_key, fp, a.labels, notes, a.state, a.active_at, a.fired_at,
                                        a.keep_firing_since, a.value if math.isfinite(a.value) else 0.0))
         try:
             save_alert_states(self.engine, upserts, gone)
@@ -195,10 +223,11 @@ class EmbeddedEvaluator:
 
     def active(self) -> list[dict[str, Any]]:
         return [
-            {"labels": a.labels, "annotations": a.annotations, "state": a.state,
+            {"labels": a.labels, "annotations": _annotated(a.annotations, self.explained.get((state.rule.key, fp))),
+             "state": a.state,
              "value": a.value if math.isfinite(a.value) else str(a.value),
              "active_at": _iso(a.active_at), "fired_at": _iso(a.fired_at)}
-            for state in self.states for a in state.active.values()
+            for state in self.states for fp, a in state.active.items()
         ]
 
     def firing_by_severity(self) -> dict[str, int]:
@@ -227,3 +256,8 @@ class EmbeddedEvaluator:
         for severity, count in sorted(self.firing_by_severity().items()):
             fam.add_sample("inference_monitor_alerts_firing", {"severity": severity}, float(count))
         return fam
+
+
+def _annotated(annotations: Mapping[str, str], extra: Mapping[str, str] | None) -> dict[str, str]:
+    """The rule's annotations and the evidence; an annotation the rule writes itself wins."""
+    return {**annotations, **{k: v for k, v in (extra or {}).items() if k not in annotations}}

@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
-FaultKind = Literal["latency_spike", "error_burst", "throughput_drop", "kv_pressure"]
+FaultKind = Literal["latency_spike", "error_burst", "throughput_drop", "kv_pressure", "engine_down", "traffic_dip",
+                    "gpu_hold"]
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 
 # What magnitude means per kind, and the default when a config leaves it out.
@@ -20,11 +21,18 @@ FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 #   error_burst:     fraction of arriving requests that fail with 500   (0..1)
 #   throughput_drop: per-output-token time is multiplied by it          (> 0, e.g. 3)
 #   kv_pressure:     fraction of the KV-cache capacity left usable      (0 < m <= 1)
+#   engine_down:     the server answers 503 to everything, /metrics too (m unused, 1)
+# Two kinds the simulated engine itself ignores, for what drives it in the demo:
+#   traffic_dip:     share of the load generator's rate still sent      (0 < m <= 1)
+#   gpu_hold:        the replayed GPU recording is held m seconds in    (> 0, e.g. 30: busy)
 DEFAULT_MAGNITUDE: dict[FaultKind, float] = {
     "latency_spike": 8.0,
     "error_burst": 0.5,
     "throughput_drop": 3.0,
     "kv_pressure": 0.05,
+    "engine_down": 1.0,
+    "traffic_dip": 0.2,
+    "gpu_hold": 30.0,
 }
 
 
@@ -52,7 +60,7 @@ def _check_magnitude(kind: FaultKind, magnitude: float) -> None:
     allowed_zero = kind == "error_burst" and magnitude == 0
     if (not math.isfinite(magnitude) or magnitude <= 0) and not allowed_zero:
         raise ValueError(f"{kind} magnitude must be a positive number, got {magnitude}")
-    if kind in ("error_burst", "kv_pressure") and magnitude > 1:
+    if kind in ("error_burst", "kv_pressure", "traffic_dip") and magnitude > 1:
         raise ValueError(f"{kind} magnitude is a fraction (0..1), got {magnitude}")
 
 
@@ -64,14 +72,24 @@ class FaultEffects:
     per_token_mult: float = 1.0
     error_fraction: float = 0.0
     kv_capacity_mult: float = 1.0
+    down: bool = False
+    traffic_mult: float = 1.0
+    gpu_hold_s: float | None = None  # the latest-starting hold wins
 
 
 def combine_effects(faults: Iterable[Fault]) -> FaultEffects:
     """Overlapping faults compound: multipliers multiply, error chances combine like
     independent events (1 - prod(1 - f)), so two 50 % bursts fail 75 % of requests."""
-    prefill = per_token = kv = survive = 1.0
+    prefill = per_token = kv = survive = traffic = 1.0
+    down, hold = False, None
     for fault in faults:
-        if fault.kind == "latency_spike":
+        if fault.kind == "engine_down":
+            down = True
+        elif fault.kind == "traffic_dip":
+            traffic *= fault.magnitude
+        elif fault.kind == "gpu_hold":
+            hold = fault.magnitude
+        elif fault.kind == "latency_spike":
             prefill *= fault.magnitude
         elif fault.kind == "throughput_drop":
             per_token *= fault.magnitude
@@ -79,7 +97,7 @@ def combine_effects(faults: Iterable[Fault]) -> FaultEffects:
             kv *= fault.magnitude
         else:
             survive *= 1.0 - fault.magnitude
-    return FaultEffects(prefill, per_token, 1.0 - survive, kv)
+    return FaultEffects(prefill, per_token, 1.0 - survive, kv, down, traffic, hold)
 
 
 @dataclass(frozen=True)
@@ -135,17 +153,37 @@ def parse_schedule(
     return FaultSchedule(tuple(parse_faults(entries)), cycle_s)
 
 
-DEMO_CYCLE_S = 600.0
+DEMO_SLOT_S = 180.0  # a 90-s fault, then 90 s for its alert (1m window, for <= 30s) to resolve
+DEMO_CYCLE_S = 8 * DEMO_SLOT_S + 240.0 + 120.0  # eight slots, the last one 4 minutes, then 2 quiet ones
+# Where the replayed H200 recording is held (seconds in): idle, busy at its power cap, memory 93 % full.
+GPU_IDLE, GPU_BUSY, GPU_MEMFILL = 10.0, 30.0, 55.0
 
 
 def demo_schedule() -> FaultSchedule:
-    """A 10-minute loop that shows every fault once, with quiet gaps in between so each
-    alert can fire and resolve: spike at 1:00, errors at 3:30, slow decode at 6:00,
-    KV pressure at 8:00 (each 90 s)."""
+    """A 30-minute loop in which each probable cause of an alert shows once (alert -> cause),
+    with the demo's rules (monitor.sim.demo_cycle.demo_rules: 1m window, `for` at most 30 s):
+
+         3:00 latency spike, GPU busy at its power cap   TTFTP99High    -> gpu_throttling
+         6:00 error burst                                ErrorRateHigh  -> engine_errors
+         9:00 slow decode, GPU busy: the queue grows     TTFTP99High    -> queue_saturation
+        12:00 KV-cache pressure                          TTFTP99High    -> kv_cache_pressure
+        15:00 latency spike, GPU memory 93 % full        TTFTP99High    -> gpu_memory
+        18:00 the engine stops answering                 TargetDown     -> target_down
+        21:00 latency spike, nothing else                TTFTP99High    -> unknown
+        24:00 4 minutes of a fifth of the traffic        ThroughputDrop -> traffic_drop
+
+    Each fault lasts 90 s (the traffic dip 4 minutes); between them the GPU recording plays on
+    as it was recorded."""
+    slot = DEMO_SLOT_S
     faults = (
-        Fault(60.0, 90.0, "latency_spike", 8.0),
-        Fault(210.0, 90.0, "error_burst", 0.05),
-        Fault(360.0, 90.0, "throughput_drop", 3.0),
-        Fault(480.0, 90.0, "kv_pressure", 0.02),
+        Fault(1 * slot, 90.0, "latency_spike", 30.0), Fault(1 * slot, 90.0, "gpu_hold", GPU_BUSY),
+        Fault(2 * slot, 90.0, "error_burst", 0.05), Fault(2 * slot, 90.0, "gpu_hold", GPU_IDLE),
+        Fault(3 * slot, 90.0, "throughput_drop", 6.0), Fault(3 * slot, 90.0, "gpu_hold", GPU_BUSY),
+        Fault(4 * slot, 90.0, "kv_pressure", 0.004), Fault(4 * slot, 90.0, "gpu_hold", GPU_IDLE),
+        Fault(5 * slot, 90.0, "latency_spike", 30.0), Fault(5 * slot, 90.0, "gpu_hold", GPU_MEMFILL),
+        Fault(6 * slot, 90.0, "engine_down", 1.0), Fault(6 * slot, 90.0, "gpu_hold", GPU_IDLE),
+        Fault(7 * slot, 90.0, "latency_spike", 30.0), Fault(7 * slot, 90.0, "gpu_hold", GPU_IDLE),
+        Fault(8 * slot, 240.0, "traffic_dip", 0.2), Fault(8 * slot, 240.0, "gpu_hold", GPU_IDLE),
     )
     return FaultSchedule(faults, cycle_s=DEMO_CYCLE_S)
+

@@ -79,11 +79,18 @@ def _add_routes(app: FastAPI, sim: SimulatedEngine, metrics: SimMetrics) -> None
 
     @app.get("/health")
     async def health() -> Response:
-        return Response(status_code=200)
+        return Response(status_code=503 if _down(sim) else 200)
 
     @app.get("/metrics")
     async def metrics_page() -> Response:
+        if _down(sim):
+            return Response("engine down (simulated fault)", status_code=503)
         return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+
+def _down(sim: SimulatedEngine) -> bool:
+    """The engine_down fault: the whole server answers 503, as a crashed engine behind a proxy would."""
+    return sim.effects(sim.now()).down
 
 
 async def _bad_request(_: Request, exc: Exception) -> Response:
@@ -96,6 +103,8 @@ def _error(code: int, err_type: str, message: str, param: str | None = None) -> 
 
 
 async def _answer(sim: SimulatedEngine, body: ApiRequest, request: Request, chat: bool) -> Response:
+    if _down(sim):
+        return _error(503, "ServiceUnavailableError", "engine down (simulated fault)")
     if body.model is not None and body.model != sim.model_name:
         return _error(404, "NotFoundError", f"The model `{body.model}` does not exist.", "model")
     if body.n != 1:

@@ -1,0 +1,179 @@
+"""What the other layers showed when an alert fired: a pure function over the monitor's views.
+
+The views are the very objects /metrics renders (service, infra, quality, the target -> GPU map),
+so every value here is the value /metrics held at that moment. An alert is placed by its labels:
+
+    target (+ model, window)  -> that target's numbers, its GPUs, its models' last quality run
+    node + gpu                -> that GPU, and the targets (and their models) it serves
+    model only                -> the targets serving the model
+
+A fact the monitor does not have (a GPU that is down, a field the GPU lacks, no quality run)
+is left out, never written as 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuState, InfraView
+from monitor.quality.layer import QualityView
+from monitor.service.collector import ServiceView, TargetView
+from monitor.topology import TopologyMap
+
+
+@dataclass(frozen=True)
+class Views:
+    service: ServiceView
+    infra: InfraView
+    topology: TopologyMap
+    quality: QualityView | None = None  # None: the quality layer is not configured
+
+
+@dataclass(frozen=True)
+class TargetFacts:
+    target: str
+    model: str | None
+    window: str | None
+    up: bool
+    running: float | None = None
+    waiting: float | None = None
+    kv_cache_usage_ratio: float | None = None
+    preemptions_per_second: float | None = None
+    throughput_baseline_ratio: float | None = None
+    request_error_ratio: float | None = None
+    requests_per_second: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    node: str
+    gpu: str
+    up: bool
+    utilization_ratio: float | None = None
+    memory_used_ratio: float | None = None
+    temperature_celsius: float | None = None
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    clock_events: tuple[str, ...] | None = None  # None: the GPU does not report them
+    targets: tuple[str, ...] = ()
+    seen: bool = True  # False: no source shows this GPU (mapped, or named by an alert, only)
+
+
+@dataclass(frozen=True)
+class QualityFacts:
+    model: str
+    date: str
+    score_mean: float | None = None
+    refusal_ratio: float | None = None
+    output_length_psi: float | None = None
+    output_length_mean_change_ratio: float | None = None
+
+
+@dataclass(frozen=True)
+class Context:
+    targets: tuple[TargetFacts, ...] = ()
+    gpus: tuple[GpuFacts, ...] = ()
+    quality: tuple[QualityFacts, ...] = ()
+    models: tuple[str, ...] = field(default=())  # the models concerned (a GPU alert names them)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.targets or self.gpus or self.quality)
+
+
+def build_context(labels: Mapping[str, str], views: Views) -> Context:
+    """The context of an alert with these labels; empty when the labels place it nowhere we know."""
+    window = labels.get("window")
+    if labels.get("target"):
+        target_names: tuple[str, ...] = (labels["target"],)
+        gpu_keys = views.topology.gpus_of(labels["target"])
+    elif labels.get("node") and labels.get("gpu"):
+        gpu_keys = ((labels["node"], labels["gpu"]),)
+        target_names = views.topology.targets_of(labels["node"], labels["gpu"])
+        if not target_names and not any((g.node, g.gpu) == gpu_keys[0] for g in views.infra.gpus):
+            return Context()  # a GPU the monitor does not know (another exporter's, in the fleet)
+    elif labels.get("model"):
+        target_names = tuple(name for name, t in views.service.targets.items() if labels["model"] in _models(t))
+        gpu_keys = tuple(key for name in target_names for key in views.topology.gpus_of(name))
+    else:
+        return Context()
+    model = labels.get("model")
+    targets = tuple(facts for name in target_names for facts in _target_facts(views.service, name, model, window))
+    gpus = tuple(_gpu_facts(views, key) for key in dict.fromkeys(gpu_keys))
+    models = tuple(dict.fromkeys(f.model for f in targets if f.model))
+    if model and model not in models:
+        models = (*models, model)
+    return Context(targets, gpus, _quality_facts(views.quality, models), models)
+
+
+def _models(target: TargetView) -> list[str]:
+    found = {model for model, _ in target.stats}
+    for per_model in target.gauges.values():
+        found.update(per_model)
+    return sorted(found)
+
+
+def _window(service: ServiceView, wanted: str | None) -> str | None:
+    labels = [w.label for w in service.windows]
+    if wanted in labels:
+        return wanted
+    # No window on the alert (TargetDown, a GPU alert): the longest, the steadiest numbers.
+    return max(service.windows, key=lambda w: w.seconds).label if service.windows else None
+
+
+def _target_facts(service: ServiceView, name: str, model: str | None, window: str | None) -> list[TargetFacts]:
+    target = service.targets.get(name)
+    if target is None:
+        return []
+    if not target.up:
+        return [TargetFacts(name, model, None, up=False)]
+    window = _window(service, window)
+    models: list[str | None] = [model] if model else [*_models(target)] or [None]
+    return [_one_model(target, m, window) for m in models]
+
+
+def _one_model(target: TargetView, model: str | None, window: str | None) -> TargetFacts:
+    def gauge(key: str) -> float | None:
+        return target.gauges.get(key, {}).get(model) if model is not None else None
+
+    stats = target.stats.get((model, window)) if model is not None and window is not None else None
+    return TargetFacts(
+        target.name, model, window, up=True,
+        running=gauge("running"), waiting=gauge("waiting"), kv_cache_usage_ratio=gauge("kv_cache"),
+        preemptions_per_second=stats.preemptions_per_second if stats else None,
+        throughput_baseline_ratio=stats.throughput_baseline_ratio if stats else None,
+        request_error_ratio=stats.error_ratio if stats else None,
+        requests_per_second=stats.requests_per_second if stats else None,
+    )
+
+
+def _gpu_facts(views: Views, key: tuple[str, str]) -> GpuFacts:
+    node, index = key
+    targets = views.topology.targets_of(node, index)
+    state: GpuState | None = next((g for g in views.infra.gpus if (g.node, g.gpu) == key), None)
+    if state is None or not state.up or state.reading is None:
+        return GpuFacts(node, index, up=False, targets=targets, seen=state is not None)
+    reading = state.reading
+    mask = reading.clock_event_mask
+    events = None if mask is None else tuple(r for r, bit in CLOCK_EVENT_REASONS.items() if mask & bit)
+    return GpuFacts(node, index, True, reading.utilization_ratio, reading.memory_used_ratio,
+                    reading.temperature_celsius, reading.power_watts, reading.power_limit_watts, events, targets)
+
+
+def _quality_facts(quality: QualityView | None, models: tuple[str, ...]) -> tuple[QualityFacts, ...]:
+    if quality is None:
+        return ()
+    out = []
+    for model in models:
+        result = quality.latest.get(model)
+        if result is None:
+            continue
+        s = result.summary
+        out.append(QualityFacts(model, result.date, _num(s.get("score_mean")), _num(s.get("refusal_ratio")),
+                                _num(s.get("psi")), _num(s.get("output_length_mean_change_ratio"))))
+    return tuple(out)
+
+
+def _num(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

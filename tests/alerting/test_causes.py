@@ -1,0 +1,123 @@
+"""The probable-cause table and the context on crafted views: every cause id, the table's
+order, configurable thresholds, a GPU alert naming its targets, and facts left out (not 0)."""
+
+from __future__ import annotations
+
+import pytest
+
+from monitor.alerting.causes import CAUSES, probable_cause
+from monitor.alerting.context import build_context
+from monitor.alerting.explain import explain
+from monitor.config import CauseSettings, ConfigError, load_settings
+from monitor.exporter import make_registry, render_text
+from monitor.infra.render import render_infra
+from monitor.quality.render import render_quality
+from monitor.service.render import render_service
+from tests.alerting.contextviews import MODEL, NODE, assert_context_matches, gpu, quality_view, target, views
+
+TTFT = {"alertname": "TTFTP99High", "target": "vllm-a", "model": MODEL, "window": "5m"}
+DEFAULTS = CauseSettings()
+
+SCENARIOS = {
+    "target_down": views([target(up=False)], [gpu()]),
+    "engine_errors": views([target(error_ratio=0.2)], [gpu(util=0.99, reasons=("sw_power_cap",))]),
+    "kv_cache_pressure": views([target(kv=0.97, waiting=30, preemptions_per_second=2.5)],
+                               [gpu(util=0.99, reasons=("hw_thermal",))]),
+    "gpu_memory": views([target(waiting=2)], [gpu(util=0.99, mem=0.97, reasons=("sw_power_cap",))]),
+    "gpu_throttling": views([target(waiting=2)], [gpu(util=0.99, reasons=("gpu_idle", "sw_thermal"))]),
+    "queue_saturation": views([target(waiting=12, running=64)], [gpu(util=0.98, reasons=("sw_power_cap",))]),
+    "traffic_drop": views([target(throughput_baseline_ratio=0.4, waiting=0)], [gpu(util=0.2)]),
+    "unknown": views([target()], [gpu()]),
+}
+
+
+def cause_id(text: str) -> str:
+    return text.split(":", 1)[0]
+
+
+@pytest.mark.parametrize("expected", list(SCENARIOS))
+def test_each_cause_from_its_evidence(expected: str) -> None:
+    cause = probable_cause(build_context(TTFT, SCENARIOS[expected]), DEFAULTS)
+    assert cause_id(cause) == expected
+    assert cause.count("\n") == 0 and cause.endswith(".")
+
+
+def test_the_table_covers_every_id_and_sentences_fill() -> None:
+    assert {rule.id for rule in CAUSES} | {"unknown"} == set(SCENARIOS)
+    texts = {name: probable_cause(build_context(TTFT, v), DEFAULTS) for name, v in SCENARIOS.items()}
+    assert all("?" not in text for text in texts.values()), texts
+    assert "97 %" in texts["kv_cache_pressure"] and "2.5" in texts["kv_cache_pressure"]
+    assert "sw_thermal" in texts["gpu_throttling"] and "gpu_idle" not in texts["gpu_throttling"]
+    assert texts["target_down"].startswith("target_down: vllm-a does not answer")
+    # unknown says which facts were checked, with their values
+    assert "kv_cache 30 %" in texts["unknown"] and "gpu_utilization 50 %" in texts["unknown"]
+
+
+def test_queue_without_gpu_readings_uses_running_requests() -> None:
+    no_gpus = views([target(waiting=12, running=64)], [], gpus_of={})
+    assert cause_id(probable_cause(build_context(TTFT, no_gpus), DEFAULTS)) == "queue_saturation"
+    idle_engine = views([target(waiting=12, running=0)], [], gpus_of={})
+    assert cause_id(probable_cause(build_context(TTFT, idle_engine), DEFAULTS)) == "unknown"
+
+
+def test_thresholds_are_configurable() -> None:
+    memory_93 = views([target()], [gpu(mem=0.93, reasons=("sw_power_cap",))])
+    assert cause_id(probable_cause(build_context(TTFT, memory_93), DEFAULTS)) == "gpu_throttling"
+    lower = CauseSettings(gpu_memory_ratio=0.9)
+    assert cause_id(probable_cause(build_context(TTFT, memory_93), lower)) == "gpu_memory"
+    power_cap_is_normal = CauseSettings(throttle_reasons=["hw_thermal", "hw_slowdown"])
+    assert cause_id(probable_cause(build_context(TTFT, memory_93), power_cap_is_normal)) == "unknown"
+    settings = load_settings(None, {"alerting": {"causes": {"kv_cache_ratio": 0.8, "queue_waiting": 2}}})
+    assert settings.alerting.causes.kv_cache_ratio == 0.8 and settings.alerting.causes.queue_waiting == 2
+
+
+def test_bad_cause_settings_fail_naming_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"causes\.throttle_reasons"):
+        load_settings(None, {"alerting": {"causes": {"throttle_reasons": ["sw_thermal", "too_hot"]}}})
+    with pytest.raises(ConfigError, match=r"causes\.kv_cach"):
+        load_settings(None, {"alerting": {"causes": {"kv_cach": 0.5}}})
+
+
+def test_gpu_alert_names_its_targets_and_models() -> None:
+    two_targets = views([target("vllm-a"), target("vllm-b", waiting=20, running=64)], [gpu("0", util=0.99)],
+                        gpus_of={"vllm-a": ["0"], "vllm-b": ["0"]})
+    extra = explain({"alertname": "GPUUtilizationSaturated", "node": NODE, "gpu": "0"}, two_targets, DEFAULTS)
+    lines = extra["context"].splitlines()
+    assert f"GPU {NODE}/0 serves: vllm-a ({MODEL}), vllm-b ({MODEL})" in lines
+    assert f"vllm-b model={MODEL} window=5m requests waiting: 20" in lines  # the longest window
+    assert cause_id(extra["probable_cause"]) == "queue_saturation"
+
+
+def test_down_gpu_and_missing_quality_are_left_out_not_zero() -> None:
+    down = views([target()], [gpu("0", up=False), gpu("1", util=0.4)])
+    text = explain(TTFT, down, DEFAULTS)["context"]
+    assert f"GPU {NODE}/0 up: no (no readings)" in text
+    assert not [line for line in text.splitlines() if line.startswith(f"GPU {NODE}/0 ") and "up: no" not in line
+                and "serves" not in line]
+    assert f"GPU {NODE}/1 utilization: 40 %" in text
+    assert "quality" not in text  # no quality layer configured (None) ...
+    assert "quality" not in explain(TTFT, views([target()], [gpu()], quality=quality_view().__class__()),
+                                    DEFAULTS)["context"]  # ... or no run for the model yet
+    with_quality = explain(TTFT, views([target()], [gpu()], quality=quality_view()), DEFAULTS)["context"]
+    assert f"quality {MODEL} (run 2026-11-29) judge score: 4.2" in with_quality
+
+
+def test_alert_placed_nowhere_gets_nothing() -> None:
+    assert explain({"alertname": "NotificationsFailing", "receiver": "ops"}, SCENARIOS["unknown"], DEFAULTS) == {}
+    # a GPU no source of ours shows and no target maps to: nothing, rather than "down"
+    assert explain({"alertname": "GPUTemperatureHigh", "node": "elsewhere", "gpu": "3"}, SCENARIOS["unknown"],
+                   DEFAULTS) == {}
+    mapped_unseen = views([target()], [], gpus_of={"vllm-a": ["7"]})
+    text = explain(TTFT, mapped_unseen, DEFAULTS)["context"]
+    assert f"GPU {NODE}/7 readings: none (no GPU source shows it)" in text and "up: no" not in text
+    assert explain({"alertname": "TTFTP99High", "target": "gone"}, views([], []), DEFAULTS) == {}
+
+
+def test_context_equals_what_metrics_renders_from_the_same_views() -> None:
+    scenario = views([target(kv=0.9712, waiting=30, preemptions_per_second=2.5, error_ratio=0.0123)],
+                     [gpu("0", util=0.99, reasons=("sw_power_cap",)), gpu("1", up=False)], quality=quality_view())
+    assert scenario.quality is not None
+    registry = make_registry([lambda: render_service(scenario.service), lambda: render_infra(scenario.infra),
+                              lambda: render_quality(scenario.quality, 2.0)])  # type: ignore[arg-type]
+    text = explain(TTFT, scenario, DEFAULTS)["context"]
+    assert assert_context_matches(text, render_text(registry).decode()) >= 17

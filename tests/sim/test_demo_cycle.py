@@ -1,0 +1,86 @@
+"""The demo's cause cycle: the engine_down fault, the replayed GPU held where each slot says,
+the traffic dip, and the demo's rule files (the shipped ones, on the 1m window with short `for`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from monitor.alerting.rules import load_rules
+from monitor.config import SHIPPED_RULE_FILES, Duration, load_settings
+from monitor.infra.replay import ReplayNvml, load_trace
+from monitor.sim import SimulatedEngine
+from monitor.sim.demo_cycle import DEMO_FOR_S, HeldReplayClock, demo_rules
+from monitor.sim.faults import DEMO_SLOT_S, demo_schedule
+
+TRACE = Path(__file__).parents[2] / "monitor" / "data" / "nvml_h200_trace.json"
+
+
+def test_engine_down_answers_503_everywhere_until_it_ends(start_sim) -> None:
+    server = start_sim()
+    server.sim.inject("engine_down", 1.0)
+    assert httpx.get(server.metrics_url, timeout=5).status_code == 503
+    assert httpx.get(f"{server.url}/health", timeout=5).status_code == 503
+    chat = httpx.post(f"{server.url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]},
+                      timeout=5)
+    assert chat.status_code == 503 and chat.json()["error"]["type"] == "ServiceUnavailableError"
+    server.sim.clear_injected()
+    assert httpx.get(server.metrics_url, timeout=5).status_code == 200
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# slot -> what the replayed H200 shows during it (utilization %, memory ratio at least, sw_power_cap)
+GPU_IN_SLOT = {1: (99, 0.0, True), 3: (99, 0.0, True), 5: (99, 0.9, True), 7: (0, 0.0, False)}
+
+
+@pytest.mark.parametrize("slot", sorted(GPU_IN_SLOT))
+def test_replayed_gpu_is_held_where_the_slot_says(slot: int) -> None:
+    clock = Clock()
+    sim = SimulatedEngine(faults=demo_schedule(), clock=clock)
+    trace = load_trace(TRACE)
+    replay = ReplayNvml(trace, HeldReplayClock(sim, trace.period, clock))
+    replay.nvmlInit()
+    cycle = demo_schedule().cycle_s or 0.0
+    for second, loops in ((5.0, 0), (45.0, 1), (85.0, 3)):  # through the 90-s fault, later cycles too
+        clock.now = loops * cycle + slot * DEMO_SLOT_S + second
+        record, _ = replay.record()
+        util, memory, capped = GPU_IN_SLOT[slot]
+        assert record["util_gpu"] >= util if util else record["util_gpu"] == 0
+        assert record["mem_used"] / record["mem_total"] >= memory
+        assert bool(int(record["throttle"]) & 0x4) is capped
+    assert sim.effects(slot * DEMO_SLOT_S + 120.0).gpu_hold_s is None  # after it: the recording plays on
+
+
+def test_traffic_dip_and_engine_down_slots() -> None:
+    schedule = demo_schedule()
+    dip = schedule.effects(8 * DEMO_SLOT_S + 120.0)
+    assert dip.traffic_mult == pytest.approx(0.2) and not dip.down
+    assert schedule.effects(6 * DEMO_SLOT_S + 45.0).down
+    assert schedule.effects(6 * DEMO_SLOT_S + 100.0).down is False
+    assert schedule.effects(100.0).traffic_mult == 1.0 and schedule.effects(100.0).gpu_hold_s is None
+
+
+def test_demo_rules_are_the_shipped_rules_on_the_short_window(tmp_path: Path) -> None:
+    paths = demo_rules(tmp_path)
+    shipped = load_rules(load_settings(None).alerting.rules_files)
+    demo = load_rules(paths, shipped=True)  # strict: every rule still inside the embedded subset
+    assert [r.name for r in demo.rules] == [r.name for r in shipped.rules]
+    for path in paths:
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            for rule in group["rules"]:
+                assert 'window="5m"' not in str(rule.get("expr"))
+                if "for" in rule:
+                    assert Duration(str(rule["for"])).seconds <= DEMO_FOR_S
+    assert {p.stem for p in paths} == set(SHIPPED_RULE_FILES)
+    ttft = next(r for r in demo.rules if r.name == "TTFTP99High")
+    assert ttft.for_seconds == DEMO_FOR_S and 'window="1m"' in ttft.expr_text
