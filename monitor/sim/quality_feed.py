@@ -23,6 +23,7 @@ import uvicorn
 from monitor.quality.sample import Sample
 from monitor.sim.judge import create_judge_app
 from monitor.sim.protocol import filler_text
+from monitor.sim.server import serve_in_loop
 
 QUESTIONS = (
     "Summarise the causes of the 2008 financial crisis.", "How do I reverse a linked list in Python?",
@@ -36,17 +37,7 @@ QUESTIONS = (
 async def serve_judge(port: int, started: asyncio.Event, latency_s: float = 0.0) -> None:
     config = uvicorn.Config(create_judge_app(latency_s), host="127.0.0.1", port=port, log_level="warning",
                             log_config=None, access_log=False, lifespan="off")
-    server = uvicorn.Server(config)
-    serving = asyncio.ensure_future(server.serve())
-    try:
-        while not server.started and not serving.done():
-            await asyncio.sleep(0.01)
-        started.set()
-        await asyncio.shield(serving)
-    finally:
-        if not serving.done():
-            server.should_exit = True
-            await serving
+    await serve_in_loop(uvicorn.Server(config), started)
 
 
 async def feed_request_log(sim_url: str, monitor_url: str, count: int, concurrency: int = 8,

@@ -260,7 +260,12 @@ async def serve(
 ) -> None:  # fmt: skip
     """Serve the simulator in the running event loop until cancelled (then shut down
     gracefully). `started` is set once the port accepts connections."""
-    server = uvicorn.Server(_uvicorn_config(create_app(sim), host, port, log_level))
+    await serve_in_loop(uvicorn.Server(_uvicorn_config(create_app(sim), host, port, log_level)), started)
+
+
+async def serve_in_loop(server: uvicorn.Server, started: asyncio.Event | None = None) -> None:
+    """Any uvicorn server in the running loop until cancelled; `started` once it accepts connections.
+    The demo's helpers (the judge simulator, the webhook sink) run this way too."""
     serving = asyncio.ensure_future(server.serve())
     try:
         while not server.started and not serving.done():

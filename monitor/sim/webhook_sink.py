@@ -10,6 +10,8 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, Request
 
+from monitor.sim.server import serve_in_loop
+
 log = logging.getLogger("monitor.demo.webhook")
 
 
@@ -35,14 +37,4 @@ def create_sink_app(received: list[dict[str, Any]] | None = None) -> FastAPI:
 async def serve_sink(port: int, started: asyncio.Event) -> None:
     config = uvicorn.Config(create_sink_app(), host="127.0.0.1", port=port, log_level="warning",
                             log_config=None, access_log=False, lifespan="off")
-    server = uvicorn.Server(config)
-    serving = asyncio.ensure_future(server.serve())
-    try:
-        while not server.started and not serving.done():
-            await asyncio.sleep(0.01)
-        started.set()
-        await asyncio.shield(serving)
-    finally:
-        if not serving.done():
-            server.should_exit = True
-            await serving
+    await serve_in_loop(uvicorn.Server(config), started)
