@@ -11,7 +11,7 @@ import asyncio
 import base64
 import os
 import ssl
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import httpcore
@@ -82,19 +82,25 @@ async def _fetch(client: httpx.AsyncClient, url: str, max_bytes: int) -> Fetched
         auth = httpx.BasicAuth(parsed.username, parsed.password)
         parsed = parsed.copy_with(username=None, password=None)
     async with client.stream("GET", parsed, headers={"Accept": ACCEPT}, auth=auth) as response:
-        if response.status_code != 200:
-            raise ScrapeError(f"HTTP {response.status_code}")
-        declared = response.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-            raise ScrapeError(f"page larger than {max_bytes} bytes ({declared})")
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > max_bytes:
-                raise ScrapeError(f"page larger than {max_bytes} bytes")
-            chunks.append(chunk)
-        content_type = response.headers.get("content-type", "")
+        return await _read_page(response.status_code, response.headers.get("content-length", ""),
+                                response.headers.get("content-type", ""), response.aiter_bytes(), max_bytes)
+
+
+async def _read_page(
+    status: int, declared: str, content_type: str, body: AsyncIterator[bytes], max_bytes: int
+) -> FetchedPage:
+    """A 200 answer's body, at most `max_bytes` (declared or streamed), as UTF-8 text."""
+    if status != 200:
+        raise ScrapeError(f"HTTP {status}")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise ScrapeError(f"page larger than {max_bytes} bytes ({declared})")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in body:
+        size += len(chunk)
+        if size > max_bytes:
+            raise ScrapeError(f"page larger than {max_bytes} bytes")
+        chunks.append(chunk)
     try:
         text = b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError:
@@ -173,24 +179,9 @@ async def _fetch_core(pool: httpcore.AsyncConnectionPool, url: str, max_bytes: i
             if response.status in _REDIRECTS and location is not None:
                 current = current.join(location.decode("latin-1")).copy_with(fragment=None)
                 continue
-            if response.status != 200:
-                raise ScrapeError(f"HTTP {response.status}")
-            declared = fields.get(b"content-length", b"").decode("latin-1")
-            if declared.isdigit() and int(declared) > max_bytes:
-                raise ScrapeError(f"page larger than {max_bytes} bytes ({declared})")
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in response.aiter_stream():
-                size += len(chunk)
-                if size > max_bytes:
-                    raise ScrapeError(f"page larger than {max_bytes} bytes")
-                chunks.append(chunk)
-            content_type = fields.get(b"content-type", b"").decode("latin-1")
-        try:
-            text = b"".join(chunks).decode("utf-8")
-        except UnicodeDecodeError:
-            raise ScrapeError("page is not UTF-8 text") from None
-        return FetchedPage(text=text, openmetrics="openmetrics" in content_type, size=size)
+            return await _read_page(response.status, fields.get(b"content-length", b"").decode("latin-1"),
+                                    fields.get(b"content-type", b"").decode("latin-1"), response.aiter_stream(),
+                                    max_bytes)
     raise ScrapeError(f"more than {MAX_REDIRECTS} redirects")
 
 

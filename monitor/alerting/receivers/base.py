@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -120,7 +121,7 @@ class Receiver(Protocol):
     async def send(self, notification: Notification) -> Outcome: ...
 
 
-class HttpReceiver:
+class HttpReceiver(ABC):
     """Posts JSON to the configured URL; subclasses build the body and read the answer."""
 
     rate_limit: RateLimit | None = None
@@ -136,8 +137,9 @@ class HttpReceiver:
         self._secrets = secret_parts(self.url.reveal(), self.secret, self.token)
         hide_in_logs(self._secrets)
 
+    @abstractmethod
     def body(self, notification: Notification) -> dict[str, Any]:
-        raise NotImplementedError
+        """The platform's JSON message for one notification."""
 
     def target(self) -> str:
         """The URL to post to (DingTalk adds its signature here)."""
