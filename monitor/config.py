@@ -579,9 +579,12 @@ class CanaryProbe(_Section):
     base_url: str = Field(description="The OpenAI-compatible API as clients call it, e.g. http://10.0.0.5:8000/v1")
     model: str = Field(min_length=1, description="Model to ask (label `model`)")
     interval: Duration = Field(Duration("60s"), description="One probe per interval (never two at once)")
-    timeout: Duration = Field(Duration("30s"), description="Deadline for the whole probe, first byte to last token")
+    timeout: Duration = Field(Duration("30s"), description="Deadline for the whole probe, first byte to last token "
+                              "(default: 30s, or the interval where that is shorter)")
     api_key_env: str | None = Field(None, description="Environment variable holding the API key (never logged)")
     prompt: str = Field("Say hello in five words.", min_length=1)
+    nonce: bool = Field(True, description="Start each probe's prompt with a short random nonce, so the engine's "
+                        "prefix cache cannot answer it: the TTFT measured is a new user's")
     max_tokens: int = Field(32, ge=1, le=4096, description="A small answer: the probe costs one short request")
     expect: str | None = Field(None, description="Regular expression (a plain word is one) the answer must contain")
     target: str | None = Field(None, description="The service target it reaches (for the TTFT gap)")
@@ -610,6 +613,18 @@ class CanaryProbe(_Section):
         if value is not None and not os.environ.get(value):
             raise ValueError(f"environment variable {value} is not set")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_timeout(cls, data: Any) -> Any:
+        # No timeout given: 30 s, or the interval when that is shorter (`interval: 5s` alone is valid).
+        if isinstance(data, dict) and data.get("timeout") is None and "interval" in data:
+            try:
+                interval = Duration._validate(data["interval"])
+            except ValueError:
+                return data  # the field's own validation names the key
+            data = {**data, "timeout": min(Duration("30s"), interval, key=lambda d: d.seconds)}
+        return data
 
     @model_validator(mode="after")
     def _timeout_fits(self) -> CanaryProbe:

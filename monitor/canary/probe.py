@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import time
 from collections.abc import Callable
 from typing import Any
@@ -71,7 +72,7 @@ class Prober:
     async def _stream(self, seen: _Recording, started: float) -> None:
         stream = await self._client.chat.completions.create(
             model=self.probe.model,
-            messages=[{"role": "user", "content": self.probe.prompt}],
+            messages=[{"role": "user", "content": probe_prompt(self.probe)}],
             max_tokens=self.probe.max_tokens,
             stream=True,
             stream_options={"include_usage": True},
@@ -88,6 +89,16 @@ class Prober:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def probe_prompt(probe: CanaryProbe) -> str:
+    """The prompt of one probe: with a fresh nonce in front unless `nonce: false`.
+
+    The nonce comes first because a prefix cache matches from the start: a prompt that differs in
+    its first tokens is prefilled in full, so the TTFT is what a new user's request costs
+    (with the same prompt every time, llama.cpp served 38 of 39 prompt tokens from its cache).
+    """
+    return f"[{secrets.token_hex(4)}] {probe.prompt}" if probe.nonce else probe.prompt
 
 
 class _Recording:

@@ -20,8 +20,27 @@ def test_defaults() -> None:
     assert probe.base_url == "http://10.0.0.5:8000/v1"  # the SDK adds /chat/completions
     assert (probe.interval.seconds, probe.timeout.seconds, probe.max_tokens) == (60.0, 30.0, 32)
     assert probe.api_key_env is None and probe.expect is None and probe.target is None
+    assert probe.nonce is True
     settings = load_settings(None, canary())
     assert settings.canary.probes == [] and settings.canary.user == "infermon-canary"
+
+
+@pytest.mark.parametrize(("interval", "timeout"), [("5s", 5.0), ("30s", 30.0), ("2m", 30.0), ("500ms", 0.5)])
+def test_default_timeout_follows_the_interval(interval: str, timeout: float) -> None:
+    probe = load_settings(None, canary({**BASE, "interval": interval})).canary.probes[0]
+    assert probe.timeout.seconds == timeout  # min(30s, interval): `interval: 5s` alone is accepted
+
+
+def test_an_explicit_timeout_still_must_fit() -> None:
+    probe = load_settings(None, canary({**BASE, "interval": "5s", "timeout": "2s"})).canary.probes[0]
+    assert probe.timeout.seconds == 2
+    with pytest.raises(ConfigError, match="timeout 10s is longer than interval 5s"):
+        load_settings(None, canary({**BASE, "interval": "5s", "timeout": "10s"}))
+
+
+def test_a_bad_interval_is_named_not_hidden_by_the_default() -> None:
+    with pytest.raises(ConfigError, match=r"canary\.probes\.0\.interval: not a duration"):
+        load_settings(None, canary({**BASE, "interval": "soon"}))
 
 
 @pytest.mark.parametrize(("section", "message"), [
