@@ -425,6 +425,8 @@ class JudgeSettings(_Section):
     timeout: Duration = Field(Duration("60s"), description="Deadline of one judge call")
     max_retries: int = Field(4, ge=0, le=20, description="Retries on 429, 5xx and timeouts (exponential backoff)")
     structured_output: bool = Field(True, description="Ask for the JSON schema (else: the fallback parser)")
+    max_tokens: int = Field(512, ge=16, le=32768,
+                            description="Bound of every judge answer: a judge that never closes its JSON stops here")
     usd_per_million_input_tokens: float = Field(1.25, ge=0)
     usd_per_million_output_tokens: float = Field(10.0, ge=0)
 

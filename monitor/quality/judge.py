@@ -2,8 +2,10 @@
 
 Any OpenAI-compatible server works (OpenAI, vLLM, SGLang, Ollama, gateways). The rubric is a
 template file (`monitor/data/judge_rubric.md`, Prometheus-eval style). Structured output is
-asked for with a JSON schema; a server that rejects `response_format` is asked again without it
-(and not asked with it again), and answers are read by a tolerant parser either way.
+asked for with a JSON schema; a server that answers a structured request with any 4xx (whatever
+its words: llama-server speaks of samplers) is asked again without it (and not asked with it
+again), and answers are read by a tolerant parser either way. Every call is bounded by
+`max_tokens`, so a judge that never closes its JSON stops there instead of at the timeout.
 Retries with exponential backoff on 429 (honouring Retry-After), 5xx, timeouts and broken
 connections; a sample whose judgement still fails is a judge error with its cause, never a score.
 """
@@ -47,6 +49,8 @@ RESPONSE_FORMAT: dict[str, Any] = {
     "json_schema": {"name": "judgement", "strict": True, "schema": SCHEMA},
 }
 MAX_RETRY_AFTER_S = 120.0
+# 4xx that say who or when, not what was asked: asking without response_format would not help.
+_NOT_ABOUT_THE_REQUEST = frozenset({401, 403, 408, 409, 429})
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,8 @@ class Judge:
         self.structured = settings.structured_output
         # Reasoning models (gpt-5, o-series) accept only their default temperature: asked once, then left out.
         self.temperature: float | None = 0.0
+        # OpenAI's reasoning models refuse `max_tokens` and want `max_completion_tokens` (same bound).
+        self.token_limit = "max_tokens"
         self.backoff_s = backoff_s
         self.sleep = sleep
         self.calls = 0  # HTTP calls made (a benchmark and the tests read it)
@@ -101,30 +107,22 @@ class Judge:
         last_error = "no attempt"
         while attempts <= self.settings.max_retries:
             attempts += 1
+            finish: str | None = None
             try:
-                content = await self._call(build_prompt(item), usage)
+                content, finish = await self._call(build_prompt(item), usage)
                 score, refusal, hallucination, reason = parse_answer(content)
                 return self._verdict(score, refusal, hallucination, reason, None, attempts, usage)
             except UnparseableAnswer as exc:
-                last_error = f"unparseable judge answer: {exc}"
+                cut = f" (cut at max_tokens {self.settings.max_tokens})" if finish == "length" else ""
+                last_error = f"unparseable judge answer{cut}: {exc}"
                 parse_failures += 1
                 if parse_failures > 1:  # temperature 0: a third try would say the same
                     break
                 continue
-            except openai.BadRequestError as exc:
-                if self.structured and _mentions_response_format(exc):
-                    log.warning("judge %s rejects structured output; using the fallback parser", self.settings.model)
-                    self.structured = False
-                    attempts -= 1
-                    continue
-                if self.temperature is not None and "temperature" in _message(exc).lower():
-                    log.warning("judge %s rejects temperature 0; using its default", self.settings.model)
-                    self.temperature = None
-                    attempts -= 1
-                    continue
-                last_error = f"HTTP 400: {_message(exc)}"
-                break
             except openai.APIStatusError as exc:
+                if self._degrade(exc):
+                    attempts -= 1
+                    continue
                 last_error = f"HTTP {exc.status_code}: {_message(exc)}"
                 if exc.status_code != 429 and exc.status_code < 500:
                     break  # 401, 403, 404: retrying will not help
@@ -139,10 +137,35 @@ class Judge:
                 await self.sleep(wait if wait is not None else self._backoff(attempts))
         return self._verdict(None, None, None, None, last_error, attempts, usage)
 
-    async def _call(self, prompt: str, usage: list[int]) -> str:
+    def _degrade(self, exc: openai.APIStatusError) -> bool:
+        """Leave out what a 4xx rejected (True: ask again, not counted as an attempt).
+
+        A parameter the error names goes first (temperature, max_tokens); any other 4xx to a
+        structured request drops response_format: servers word that rejection every way.
+        """
+        status, text = exc.status_code, _message(exc).lower()
+        if not 400 <= status < 500 or status in _NOT_ABOUT_THE_REQUEST:
+            return False
+        if self.temperature is not None and "temperature" in text:
+            log.warning("judge %s rejects temperature 0; using its default", self.settings.model)
+            self.temperature = None
+        elif self.token_limit == "max_tokens" and "max_tokens" in text:
+            log.warning("judge %s rejects max_tokens; sending max_completion_tokens", self.settings.model)
+            self.token_limit = "max_completion_tokens"
+        elif self.structured:
+            log.warning("judge %s answered a structured request with HTTP %d (%s); using the fallback parser",
+                        self.settings.model, status, _message(exc)[:120])
+            self.structured = False
+        else:
+            return False
+        return True
+
+    async def _call(self, prompt: str, usage: list[int]) -> tuple[str, str | None]:
+        """The answer's text and finish reason (`length`: cut at max_tokens)."""
         extra: dict[str, Any] = {"response_format": RESPONSE_FORMAT} if self.structured else {}
         if self.temperature is not None:
             extra["temperature"] = self.temperature
+        extra[self.token_limit] = self.settings.max_tokens
         self.calls += 1
         completion = await self.client.chat.completions.create(
             model=self.settings.model, messages=[{"role": "user", "content": prompt}], **extra
@@ -152,7 +175,8 @@ class Judge:
             usage[1] += completion.usage.completion_tokens
         if not completion.choices:
             raise UnparseableAnswer("no choices in the answer")
-        return completion.choices[0].message.content or ""
+        choice = completion.choices[0]
+        return choice.message.content or "", choice.finish_reason
 
     def _backoff(self, attempt: int) -> float:
         return float(min(30.0, self.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random() / 2))
@@ -232,11 +256,6 @@ def _retry_after(exc: openai.APIStatusError) -> float | None:
         return min(MAX_RETRY_AFTER_S, max(0.0, float(header))) if header is not None else None
     except ValueError:
         return None  # an HTTP date: use our own backoff
-
-
-def _mentions_response_format(exc: openai.BadRequestError) -> bool:
-    text = _message(exc).lower()
-    return "response_format" in text or "json_schema" in text or "structured" in text
 
 
 def _message(exc: openai.APIStatusError) -> str:

@@ -1,7 +1,10 @@
 """A scriptable OpenAI-compatible judge on loopback, for driving the real `openai` SDK.
 
 Each call takes the next behaviour from `script` (then `default`): good | malformed | fenced |
-text | 429 | 500 | hang | reject_schema | reject_temperature | bad_model.
+text | 429 | 500 | hang | reject_schema | reject_temperature | bad_model | reject_samplers (a 400
+to a structured request that never names response_format) | reject_max_tokens | unfinished
+(JSON cut at max_tokens, finish_reason `length`) | junk (schema-valid: score 1, no reason) |
+same (one fixed verdict with a reason, whatever the response).
 Good answers come from the judge simulator's scoring.
 """
 
@@ -63,6 +66,12 @@ def judge_app(script: JudgeScript) -> FastAPI:
         if behaviour == "reject_temperature" and body.get("temperature") is not None:
             message = "Unsupported value: 'temperature' does not support 0 with this model."
             return JSONResponse({"error": {"message": message, "param": "temperature"}}, 400)
+        if behaviour == "reject_samplers" and "response_format" in body:
+            message = "Failed to initialize samplers: the grammar could not be parsed"
+            return JSONResponse({"error": {"code": 400, "message": message, "type": "invalid_request_error"}}, 400)
+        if behaviour == "reject_max_tokens" and "max_tokens" in body:
+            message = "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens'."
+            return JSONResponse({"error": {"message": message, "param": "max_tokens"}}, 400)
         if behaviour == "reject_schema" and "response_format" in body:
             return JSONResponse({"error": {"message": "response_format json_schema is not supported"}}, 400)
         prompt = body["messages"][0]["content"]
@@ -72,10 +81,14 @@ def judge_app(script: JudgeScript) -> FastAPI:
             "malformed": '{"score": 4, "refusal": fal',
             "fenced": "Here is my evaluation:\n```json\n" + json.dumps(verdict) + "\n```",
             "text": f"Feedback: fine.\nScore: {verdict['score']}\nRefusal: no\nHallucination: no\nReason: plain text",
+            "unfinished": '{"score": 4, "refusal": false, "hallucination": false, "reason": "The response is ' + "very " * 40,
+            "junk": json.dumps({"score": 1, "refusal": False, "hallucination": False, "reason": ""}),
+            "same": json.dumps({"score": 3, "refusal": False, "hallucination": False, "reason": "Adequate."}),
         }.get(behaviour, json.dumps(verdict))
+        finish = "length" if behaviour == "unfinished" else "stop"
         return JSONResponse({
             "id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()), "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}],
             "usage": {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050},
         })
 

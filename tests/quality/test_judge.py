@@ -123,5 +123,47 @@ def test_reasoning_model_without_temperature_zero() -> None:
 
 def test_other_client_errors_are_not_retried() -> None:
     script = JudgeScript(default="bad_model")
+    verdict, calls = judge_once(script)  # asked once more without response_format (any 4xx), then it stands
+    assert verdict.error == "HTTP 404: The model `judge-test` does not exist." and calls == 2
+    verdict, calls = judge_once(JudgeScript(default="bad_model"), structured_output=False)
+    assert verdict.error is not None and calls == 1
+
+
+def test_every_call_is_bounded_by_max_tokens() -> None:
+    script = JudgeScript()
+    judge_once(script)
+    assert script.bodies[0]["max_tokens"] == 512
+    script = JudgeScript()
+    judge_once(script, max_tokens=64)
+    assert script.bodies[0]["max_tokens"] == 64
+
+
+def test_a_4xx_in_any_words_drops_structured_output() -> None:
+    """llama-server answers a schema it cannot turn into a grammar with a 400 about samplers."""
+    script = JudgeScript(default="reject_samplers")
     verdict, calls = judge_once(script)
-    assert verdict.error == "HTTP 404: The model `judge-test` does not exist." and calls == 1
+    assert verdict.error is None and verdict.score is not None and calls == 2
+    assert "response_format" in script.bodies[0] and "response_format" not in script.bodies[1]
+    assert script.bodies[1]["max_tokens"] == 512  # still bounded
+
+
+def test_a_rate_limit_never_drops_structured_output() -> None:
+    script = JudgeScript()
+    script.script.append("429")
+    verdict, _ = judge_once(script)
+    assert verdict.error is None and all("response_format" in body for body in script.bodies)
+
+
+def test_reasoning_model_gets_max_completion_tokens() -> None:
+    script = JudgeScript(default="reject_max_tokens")
+    verdict, calls = judge_once(script)
+    assert verdict.error is None and calls == 2
+    assert script.bodies[1]["max_completion_tokens"] == 512 and "max_tokens" not in script.bodies[1]
+    assert "response_format" in script.bodies[1]  # the rejection named max_tokens, not the schema
+
+
+def test_an_answer_cut_at_max_tokens_is_a_judge_error_that_says_so() -> None:
+    verdict, calls = judge_once(JudgeScript(default="unfinished"))
+    assert verdict.score is None and calls == 2
+    assert verdict.error is not None and verdict.error.startswith("unparseable judge answer (cut at max_tokens 512)")
+    assert verdict.cost_usd > 0
