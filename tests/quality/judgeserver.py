@@ -70,7 +70,7 @@ def judge_app(script: JudgeScript) -> FastAPI:
             message = "Failed to initialize samplers: the grammar could not be parsed"
             return JSONResponse({"error": {"code": 400, "message": message, "type": "invalid_request_error"}}, 400)
         if behaviour == "reject_max_tokens" and "max_tokens" in body:
-            message = "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens'."
+            message = "Unsupported parameter: 'max_tokens' is not supported with this model."
             return JSONResponse({"error": {"message": message, "param": "max_tokens"}}, 400)
         if behaviour == "reject_schema" and "response_format" in body:
             return JSONResponse({"error": {"message": "response_format json_schema is not supported"}}, 400)
@@ -81,7 +81,7 @@ def judge_app(script: JudgeScript) -> FastAPI:
             "malformed": '{"score": 4, "refusal": fal',
             "fenced": "Here is my evaluation:\n```json\n" + json.dumps(verdict) + "\n```",
             "text": f"Feedback: fine.\nScore: {verdict['score']}\nRefusal: no\nHallucination: no\nReason: plain text",
-            "unfinished": '{"score": 4, "refusal": false, "hallucination": false, "reason": "The response is ' + "very " * 40,
+            "unfinished": '{"score": 4, "refusal": false, "hallucination": false, "reason": "It is ' + "very " * 40,
             "junk": json.dumps({"score": 1, "refusal": False, "hallucination": False, "reason": ""}),
             "same": json.dumps({"score": 3, "refusal": False, "hallucination": False, "reason": "Adequate."}),
         }.get(behaviour, json.dumps(verdict))
