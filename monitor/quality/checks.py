@@ -94,6 +94,40 @@ class Judged:
     cost_usd: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0
+    reason: str | None = None  # the judge's reason (the rubric asks for one)
+    response: str = ""  # the judged response (to tell a varied sample from a repeated one)
+
+
+# A run whose judge failed on more than this share of the sample, or judged (validly) fewer than
+# this share, is a failed run: no score. The same numbers as QualityJudgeFailing (alerts/quality.yml).
+MAX_JUDGE_ERROR_RATIO = 0.2
+MIN_JUDGED_RATIO = 0.5
+UNIFORM_MIN_VERDICTS = 3  # one verdict repeated over fewer than this may be chance
+
+
+def suspect_verdicts(judged: Sequence[Judged]) -> list[bool]:
+    """Which verdicts say nothing about the model, per judgment: no reason (the rubric asks for one),
+    or one identical verdict (score, flags and reason) for a whole sample of different responses."""
+    answered = [i for i, j in enumerate(judged) if j.error is None and j.score is not None]
+    suspect = [i in answered and not (judged[i].reason or "").strip() for i in range(len(judged))]
+    verdicts = {(judged[i].score, judged[i].refusal, judged[i].hallucination, (judged[i].reason or "").strip())
+                for i in answered}
+    responses = {judged[i].response for i in answered}
+    if len(answered) >= UNIFORM_MIN_VERDICTS and len(verdicts) == 1 and len(responses) > 1:
+        for i in answered:
+            suspect[i] = True
+    return suspect
+
+
+def run_failure(sampled: int, errors: int, judged: int) -> str | None:
+    """Why a run failed (None: it did not): too many judge errors, or too little judged."""
+    if sampled == 0:
+        return None
+    if errors / sampled > MAX_JUDGE_ERROR_RATIO:
+        return f"the judge failed on {errors} of {sampled} samples"
+    if judged / sampled < MIN_JUDGED_RATIO:
+        return f"only {judged} of {sampled} samples have a usable verdict"
+    return None
 
 
 def summarise(judged: Sequence[Judged], baseline_lengths: Sequence[int], baseline: dict[str, float | None],
@@ -101,10 +135,19 @@ def summarise(judged: Sequence[Judged], baseline_lengths: Sequence[int], baselin
     """The run's numbers for one model (the API's per-model object, stored with the run).
 
     `baseline`: score_mean and refusal_ratio averaged over the baseline days' runs.
+    Suspect verdicts (see `suspect_verdicts`) are not scored: neither their score nor their flags
+    count. A failed run (`run_failure`) has no score at all; its lengths and keyword refusals,
+    which need no judge, still count, and so does the judge's cost.
     """
-    scored = [j for j in judged if j.error is None and j.score is not None]
+    suspect = suspect_verdicts(judged)
+    usable = [j for j, odd in zip(judged, suspect, strict=True) if not odd]
+    errors = sum(1 for j in judged if j.error is not None)
+    valid = [j for j in usable if j.error is None and j.score is not None]
+    failed = run_failure(len(judged), errors, len(valid))
+    scored = [] if failed else valid
     lengths = [j.length_tokens for j in judged]
-    refusals = sum(1 for j in judged if j.refusal_keyword or bool(j.refusal))
+    refusals = sum(1 for j, odd in zip(judged, suspect, strict=True)
+                   if j.refusal_keyword or (bool(j.refusal) and not odd and not failed))
     hallucinations = sum(1 for j in scored if j.hallucination)
     score_mean = sum(j.score for j in scored if j.score is not None) / len(scored) if scored else None
     refusal_ratio = refusals / len(judged) if judged else None
@@ -123,7 +166,7 @@ def summarise(judged: Sequence[Judged], baseline_lengths: Sequence[int], baselin
         "refusal_ratio": refusal_ratio,
         "refusal_ratio_ci95": [low, high] if judged else None,
         "refusals_by_keyword": sum(1 for j in judged if j.refusal_keyword),
-        "refusals_by_judge": sum(1 for j in judged if j.refusal),
+        "refusals_by_judge": sum(1 for j, odd in zip(judged, suspect, strict=True) if j.refusal and not odd),
         "hallucination_ratio": hallucinations / len(scored) if scored else None,
         "output_tokens": _length_stats(lengths),
         "baseline_output_tokens": _length_stats(list(baseline_lengths)),
@@ -139,7 +182,11 @@ def summarise(judged: Sequence[Judged], baseline_lengths: Sequence[int], baselin
         "baseline_refusal_ratio": baseline.get("refusal_ratio"),
         # JSON has no infinity: a first refusal after a baseline of none is null here, +Inf in /metrics.
         "refusal_baseline_ratio": _finite(refusal_baseline_ratio(refusal_ratio, baseline.get("refusal_ratio"))),
-        "judge_errors": sum(1 for j in judged if j.error is not None),
+        "judge_errors": errors,
+        "judge_error_ratio": errors / len(judged) if judged else None,
+        "judged_ratio": len(valid) / len(judged) if judged else None,
+        "suspect_verdicts": sum(suspect),
+        "failed": failed,
         "judge_input_tokens": sum(j.input_tokens for j in judged),
         "judge_output_tokens": sum(j.output_tokens for j in judged),
         "judge_cost_usd": sum(j.cost_usd for j in judged),

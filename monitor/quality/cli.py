@@ -17,7 +17,8 @@ quality_app = typer.Typer(help="The quality layer: LLM-judged samples, refusals,
 
 
 def run_command(settings: Settings, date: str | None, models: list[str] | None, force: bool) -> int:
-    """Runs and prints the outcome; the exit status: 0 done, 1 failed."""
+    """Runs and prints the outcome; the exit status: 0 done, 1 failed (the run could not start,
+    or the judge failed on a model's run: too many judge errors, too few usable verdicts)."""
     import time
 
     from rich.console import Console
@@ -51,7 +52,7 @@ def run_command(settings: Settings, date: str | None, models: list[str] | None, 
     finally:
         store.close()
     _print_report(report)
-    return 0
+    return 0 if all(o.ok for o in report.outcomes) else 1
 
 
 def _print_report(report: RunReport) -> None:
@@ -61,11 +62,16 @@ def _print_report(report: RunReport) -> None:
         typer.echo(f"{report.date}: no responses from any source, nothing to judge")
     for o in report.outcomes:
         detail = f"{o.sampled} sampled of {o.available}, {o.judge_errors} judge errors, ${o.cost_usd:.4f}"
+        if o.suspect_verdicts:
+            detail += f", {o.suspect_verdicts} suspect verdicts (not scored)"
         if o.status in ("skipped", "empty"):
             detail = o.note
         elif o.note:
             detail += f" ({o.note})"
         typer.echo(f"{report.date} {o.model}: {o.status}: {detail}")
+        if o.failed:
+            typer.secho(f"{report.date} {o.model}: FAILED: {o.failed}: the run has no score", err=True,
+                        fg=typer.colors.RED)
     typer.echo(f"judge calls: {report.judge_calls}")
 
 

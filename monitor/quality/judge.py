@@ -108,6 +108,7 @@ class Judge:
         while attempts <= self.settings.max_retries:
             attempts += 1
             finish: str | None = None
+            asked = (self.structured, self.temperature, self.token_limit)  # calls in flight share the judge
             try:
                 content, finish = await self._call(build_prompt(item), usage)
                 score, refusal, hallucination, reason = parse_answer(content)
@@ -120,7 +121,7 @@ class Judge:
                     break
                 continue
             except openai.APIStatusError as exc:
-                if self._degrade(exc):
+                if self._degrade(exc, *asked):
                     attempts -= 1
                     continue
                 last_error = f"HTTP {exc.status_code}: {_message(exc)}"
@@ -137,24 +138,29 @@ class Judge:
                 await self.sleep(wait if wait is not None else self._backoff(attempts))
         return self._verdict(None, None, None, None, last_error, attempts, usage)
 
-    def _degrade(self, exc: openai.APIStatusError) -> bool:
+    def _degrade(self, exc: openai.APIStatusError, structured: bool, temperature: float | None,
+                 token_limit: str) -> bool:
         """Leave out what a 4xx rejected (True: ask again, not counted as an attempt).
 
         A parameter the error names goes first (temperature, max_tokens); any other 4xx to a
-        structured request drops response_format: servers word that rejection every way.
+        structured request drops response_format: servers word that rejection every way. The
+        arguments are what this request was sent with: a concurrent call may have degraded already.
         """
         status, text = exc.status_code, _message(exc).lower()
         if not 400 <= status < 500 or status in _NOT_ABOUT_THE_REQUEST:
             return False
-        if self.temperature is not None and "temperature" in text:
-            log.warning("judge %s rejects temperature 0; using its default", self.settings.model)
+        if temperature is not None and "temperature" in text:
+            if self.temperature is not None:
+                log.warning("judge %s rejects temperature 0; using its default", self.settings.model)
             self.temperature = None
-        elif self.token_limit == "max_tokens" and "max_tokens" in text:
-            log.warning("judge %s rejects max_tokens; sending max_completion_tokens", self.settings.model)
+        elif token_limit == "max_tokens" and "max_tokens" in text:
+            if self.token_limit == "max_tokens":
+                log.warning("judge %s rejects max_tokens; sending max_completion_tokens", self.settings.model)
             self.token_limit = "max_completion_tokens"
-        elif self.structured:
-            log.warning("judge %s answered a structured request with HTTP %d (%s); using the fallback parser",
-                        self.settings.model, status, _message(exc)[:120])
+        elif structured:
+            if self.structured:
+                log.warning("judge %s answered a structured request with HTTP %d (%s); using the fallback parser",
+                            self.settings.model, status, _message(exc)[:120])
             self.structured = False
         else:
             return False

@@ -27,6 +27,9 @@ _GAUGES = {
     "inference_quality_output_length_mean_change_ratio": "output_length_mean_change_ratio",
     "inference_quality_score_baseline_delta": "score_baseline_delta",
     "inference_quality_judge_errors": "judge_errors",
+    "inference_quality_judge_error_ratio": "judge_error_ratio",
+    "inference_quality_judged_ratio": "judged_ratio",
+    "inference_quality_judge_suspect_verdicts": "suspect_verdicts",
 }
 
 
@@ -38,6 +41,7 @@ def render_quality(view: QualityView, now: float) -> Iterator[Metric]:
     tokens = family("inference_quality_output_tokens")
     last_run = family("inference_quality_last_run_timestamp_seconds")
     age = family("inference_quality_last_run_age_seconds")
+    failed = family("inference_quality_run_failed")
     for model, result in sorted(view.latest.items()):
         labels = {"model": model}
         summary = result.summary
@@ -48,6 +52,8 @@ def render_quality(view: QualityView, now: float) -> Iterator[Metric]:
         ratio = refusal_baseline_ratio(summary.get("refusal_ratio"), summary.get("baseline_refusal_ratio"))
         if ratio is not None:
             refusal_ratio.add_sample(refusal_ratio.name, labels, ratio)
+        if "failed" in summary:  # runs stored before #17 do not say
+            failed.add_sample(failed.name, labels, 1.0 if summary["failed"] else 0.0)
         _add_length_summary(tokens, labels, summary.get("output_tokens"))
         last_run.add_sample(last_run.name, labels, result.finished)
         age.add_sample(age.name, labels, max(0.0, now - result.finished))
@@ -56,6 +62,7 @@ def render_quality(view: QualityView, now: float) -> Iterator[Metric]:
     yield tokens
     yield last_run
     yield age
+    yield failed
     cost = family("inference_quality_judge_cost_usd_total")
     cost.add_sample("inference_quality_judge_cost_usd_total", {}, view.judge_cost_usd_total)
     yield cost

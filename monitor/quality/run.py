@@ -48,8 +48,14 @@ class ModelOutcome:
     sampled: int = 0
     judged_now: int = 0
     judge_errors: int = 0
+    suspect_verdicts: int = 0
     cost_usd: float = 0.0
     note: str = ""
+    failed: str | None = None  # why the run failed (the judge did), None when it did not
+
+    @property
+    def ok(self) -> bool:
+        return self.failed is None
 
 
 @dataclass
@@ -111,7 +117,8 @@ class QualityRunner:
         existing = self.store.run(day, model)
         if existing is not None and existing.status == "done" and not force:
             note = "already done (--force judges again)"
-            return ModelOutcome(day, model, "skipped", existing.available, note=note), judge
+            failed = json.loads(existing.summary or "{}").get("failed")  # a failed run stays failed until judged again
+            return ModelOutcome(day, model, "skipped", existing.available, note=note, failed=failed), judge
         if existing is not None and force:
             self.store.delete_run(existing.id)
             existing = None
@@ -161,7 +168,7 @@ class QualityRunner:
     def _finish(self, run_id: int, day: str, model: str, outcome: ModelOutcome) -> None:
         rows = self.store.judgments(run_id)
         judged = [Judged(r.score, r.refusal, r.refusal_keyword, r.hallucination, r.error, r.length_tokens,
-                         r.cost_usd, r.input_tokens, r.judge_output_tokens) for r in rows]
+                         r.cost_usd, r.input_tokens, r.judge_output_tokens, r.reason, r.response) for r in rows]
         days = baseline_dates(day, self.settings.baseline_days)
         summary = summarise(judged, self.store.baseline_lengths(model, days), self._baseline(model, days),
                             outcome.available, self.settings.sample_size)
@@ -170,7 +177,11 @@ class QualityRunner:
         outcome.sampled = len(rows)
         outcome.judged_now = sum(1 for r in rows if r.judged_at is not None)
         outcome.judge_errors = summary["judge_errors"]
+        outcome.suspect_verdicts = summary["suspect_verdicts"]
+        outcome.failed = summary["failed"]
         outcome.cost_usd = summary["judge_cost_usd"]
+        if outcome.failed:
+            log.warning("quality %s %s: the run failed: %s (no score)", day, model, outcome.failed)
 
     def _baseline(self, model: str, days: list[str]) -> dict[str, float | None]:
         """Score mean and refusal ratio over the baseline days' runs, weighted by their samples."""

@@ -134,7 +134,8 @@ def quality_rows(view: QualityView) -> dict[str, Any]:
                      "histogram": [int(histogram.get(str(score), 0)) for score in range(1, 6)],
                      "refusal_ratio": s.get("refusal_ratio"), "hallucination_ratio": s.get("hallucination_ratio"),
                      "psi": s.get("psi"), "length_change_ratio": s.get("output_length_mean_change_ratio"),
-                     "report": f"/reports/quality/{result.date}"})
+                     "judge_errors": s.get("judge_errors"), "suspect_verdicts": s.get("suspect_verdicts"),
+                     "failed": s.get("failed"), "report": f"/reports/quality/{result.date}"})
     return {"configured": bool(rows), "rows": rows, "judge_cost_usd_total": view.judge_cost_usd_total}
 
 
@@ -174,6 +175,11 @@ def layer_state(name: str, section: dict[str, Any], health: HealthBook,
     failing = [e for e in health.entries.values()
                if e.collector in _COLLECTORS[name] and e.present and e.success is False]
     down = [r for r in section.get("rows", []) if r.get("up") is False]
+    # A quality run the judge failed on: the layer is blind, whatever its alerts say.
+    blind = [f"{r['model']} run {r['date']}: {r['failed']}" for r in section.get("rows", []) if r.get("failed")]
+    if blind:
+        firing_too = [f"firing: {', '.join(sorted(set(firing)))}"] if firing else []
+        return {"state": "failing", "detail": "; ".join(blind + firing_too)}
     if firing:
         return {"state": "firing", "detail": ", ".join(sorted(set(firing)))}
     if failing or down:

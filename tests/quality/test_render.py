@@ -18,8 +18,8 @@ def page(view: QualityView, now: float = 2_000.0) -> str:
 
 
 def view() -> QualityView:
-    judged = [Judged(4, False, False, False, None, 100 + i) for i in range(9)] + [
-        Judged(1, True, True, True, None, 20)]
+    judged = [Judged(4, False, False, False, None, 100 + i, reason="fine", response=f"r{i}") for i in range(9)] + [
+        Judged(1, True, True, True, None, 20, reason="refused", response="no")]
     summary = summarise(judged, [90, 100, 110, 120], {"score_mean": 4.0, "refusal_ratio": 0.0}, 10, 100)
     return QualityView({"qwen3-8b": ModelResult("2026-11-29", 1_000.0, summary)}, judge_cost_usd_total=0.25)
 
@@ -36,6 +36,8 @@ def test_values() -> None:
     assert 'inference_quality_last_run_age_seconds{model="qwen3-8b"} 1000.0' in text
     assert 'inference_quality_score_baseline_delta{model="qwen3-8b"} -0.2999' in text
     assert "inference_quality_judge_cost_usd_total 0.25" in text
+    assert 'inference_quality_run_failed{model="qwen3-8b"} 0.0' in text
+    assert 'inference_quality_judged_ratio{model="qwen3-8b"} 1.0' in text
     assert "# TYPE inference_quality_output_tokens summary" in text
 
 
@@ -48,6 +50,7 @@ def test_missing_numbers_are_absent_not_zero() -> None:
     text = page(QualityView({"m": ModelResult("2026-11-29", 1.0, summary)}))
     assert "inference_quality_score_mean" not in text and "inference_quality_output_length_psi" not in text
     assert 'inference_quality_judge_errors{model="m"} 1.0' in text
+    assert 'inference_quality_run_failed{model="m"} 1.0' in text and 'judge_error_ratio{model="m"} 1.0' in text
     assert not math.isnan(summary["refusal_ratio"])
 
 
