@@ -295,6 +295,13 @@ class CauseSettings(_Section):
     error_ratio: float = Field(0.01, ge=0, le=1, description="engine_errors: error ratio at or above this")
     throughput_baseline_ratio: float = Field(
         0.7, ge=0, description="traffic_drop: throughput below this share of its baseline (with nobody waiting)")
+    quality_min_samples: int = Field(30, ge=1, description="small_sample: fewer usable verdicts than this in a run")
+    refusal_baseline_ratio: float = Field(2.0, ge=1, description="refusals_rose: refusal ratio this many times the "
+                                          "baseline's")
+    length_change_ratio: float = Field(0.3, ge=0, description="length_changed: mean output length moved this share")
+    score_baseline_delta: float = Field(-0.5, le=0, description="score_fell: mean score this far below the baseline's")
+    hallucination_ratio: float = Field(0.05, ge=0, le=1, description="hallucinations: share flagged above this")
+    idle_ratio: float = Field(0.5, ge=0, le=1, description="idle_spend: share of the spend on idle GPUs above this")
 
     @field_validator("throttle_reasons")
     @classmethod

@@ -292,7 +292,7 @@ class Monitor:
 
     def views(self) -> Views:
         """What /metrics renders now, for an alert's context."""
-        return Views(self.service.view, self.infra.view, self.cost.view.topology, self.quality.view)
+        return Views(self.service.view, self.infra.view, self.cost.view.topology, self.quality.view, self.cost.view)
 
     async def evaluate_alerts(self) -> None:
         """The rules on what /metrics exports: under `infermon serve` the pre-rendered page, read

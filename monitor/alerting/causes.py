@@ -1,25 +1,21 @@
-"""The probable-cause table: a few rules that turn an alert's context into one cause.
+"""The probable-cause tables: a few rules per layer that turn an alert's context into one cause.
 
-The context is reduced to named signals (below); each rule is data: an id, conditions on
-signals (a signal the context lacks fails its condition: an omitted fact never matches), and
-one sentence. The first rule that matches wins, so the table runs from the most specific
-evidence to the most generic: an engine that is down explains everything; what the engine itself
-reports (its errors, a full KV cache, a queue on busy GPUs) comes before the hardware readings
-under it, because a busy GPU near its power cap is routine (the recorded H200 shows sw_power_cap
-whenever it is busy) and explains a slowdown only where the engine shows none; a throughput drop
-with an empty queue is less traffic, not a slower engine. `unknown` says which facts were checked.
+The context is reduced to named signals (below); each rule is data: an id, the layer whose alerts
+it explains, conditions on signals (a signal the context lacks fails its condition: an omitted
+fact never matches), one sentence, and the line `docs/causes.md` shows for it (that file is
+generated from this table: `python -m monitor.alerting.causes > docs/causes.md`; a test keeps them
+equal). An alert is explained only by the rules of its own layer, so a quality alert is never
+blamed on a GPU and a GPU alert never on an error burst. Within a layer the first rule that
+matches wins, so each table runs from the most specific evidence to the most generic: an engine
+that is down explains everything; what the engine itself reports (its errors, a full KV cache, a
+queue on busy GPUs) comes before the hardware readings under it, because a busy GPU near its power
+cap is routine (the recorded H200 shows sw_power_cap whenever it is busy) and explains a slowdown
+only where the engine shows none; a throughput drop with an empty queue is less traffic, not a
+slower engine; a quality run the judge failed on explains every quality alert of that run.
+`unknown` says which facts of the layer were checked.
 
-| id                | when (thresholds: `alerting.causes`)                                     |
-|-------------------|--------------------------------------------------------------------------|
-| target_down       | a target of the alert does not answer                                    |
-| engine_errors     | error ratio >= error_ratio on a target that answers                      |
-| kv_cache_pressure | KV cache >= kv_cache_ratio and preemptions/s > preemptions_per_second    |
-| queue_saturation  | waiting >= queue_waiting while the GPUs are >= gpu_busy_ratio busy (or,  |
-|                   | with no GPU readings for the target, while it runs requests)             |
-| gpu_memory        | GPU memory used >= gpu_memory_ratio                                      |
-| gpu_throttling    | one of throttle_reasons active on the GPUs                               |
-| traffic_drop      | throughput < throughput_baseline_ratio of its baseline, nobody waiting   |
-| unknown           | none of the above                                                        |
+Engine facts still to come (issue #19: prefix-cache hit ratio, speculative-decoding acceptance)
+are new signals in `signals` and new rows here, placed above the hardware rows of `service`.
 """
 
 from __future__ import annotations
@@ -32,7 +28,11 @@ from monitor.alerting.context import Context
 from monitor.config import CauseSettings
 
 Op = Callable[[float, float], bool]
-OPS: dict[str, Op] = {">=": operator.ge, ">": operator.gt, "<": operator.lt, "==": operator.eq}
+OPS: dict[str, Op] = {">=": operator.ge, ">": operator.gt, "<": operator.lt, "<=": operator.le, "==": operator.eq}
+LAYER_TITLES = {"service": "Service alerts (and canary, monitor): the service and GPU layers",
+                "infra": "GPU alerts: that GPU and the targets it serves",
+                "quality": "Quality alerts: the model's quality run",
+                "cost": "Cost alerts: the cost numbers and the throughput of the model's targets"}
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,10 @@ class Condition:
 @dataclass(frozen=True)
 class CauseRule:
     id: str
+    layer: str  # service | infra | quality | cost: the alerts it may explain
     when: tuple[Condition, ...]
     sentence: str  # formatted with the signals' texts ({kv_cache}, {gpus}, ...)
+    doc: str  # when it matches, in words (docs/causes.md)
 
 
 def _c(signal: str, op: str, threshold: str | float) -> Condition:
@@ -54,25 +56,88 @@ def _c(signal: str, op: str, threshold: str | float) -> Condition:
 
 
 CAUSES: tuple[CauseRule, ...] = (
-    CauseRule("target_down", (_c("target_up", "==", 0),),
-              "{down_targets} does not answer its metrics page: the engine is down or unreachable."),
-    CauseRule("engine_errors", (_c("target_up", "==", 1), _c("error_ratio", ">=", "error_ratio")),
-              "the engine answers but fails {error_ratio} of its requests itself."),
-    CauseRule("kv_cache_pressure", (_c("kv_cache", ">=", "kv_cache_ratio"),
-                                    _c("preemptions", ">", "preemptions_per_second")),
-              "the KV cache is {kv_cache} full and the engine preempts {preemptions} requests/s to make room."),
-    CauseRule("queue_saturation", (_c("waiting", ">=", "queue_waiting"), _c("gpu_utilization", ">=", "gpu_busy_ratio")),
-              "{waiting} requests wait while the GPUs are {gpu_utilization} busy: more load than capacity."),
-    CauseRule("queue_saturation", (_c("waiting", ">=", "queue_waiting"), _c("gpu_readings", "==", 0),
-                                   _c("running", ">", 0)),
-              "{waiting} requests wait behind {running} running (no GPU readings for it): more load than capacity."),
-    CauseRule("gpu_memory", (_c("gpu_memory", ">=", "gpu_memory_ratio"),),
-              "GPU memory is {gpu_memory} used on {gpus}: out-of-memory risk."),
-    CauseRule("gpu_throttling", (_c("gpu_throttled", ">", 0),),
-              "the clocks of {throttled_gpus} are held back ({throttle_reasons}): the GPUs run slower than they can."),
-    CauseRule("traffic_drop", (_c("throughput_baseline", "<", "throughput_baseline_ratio"), _c("waiting", "==", 0)),
+    # ---- service ------------------------------------------------------------------------------
+    CauseRule("target_down", "service", (_c("target_up", "==", 0),),
+              "{down_targets} does not answer its metrics page: the engine is down or unreachable.",
+              "a target of the alert does not answer"),
+    CauseRule("engine_errors", "service", (_c("target_up", "==", 1), _c("error_ratio", ">=", "error_ratio")),
+              "the engine answers but fails {error_ratio} of its requests itself.",
+              "error ratio >= error_ratio (over the alert's window) on a target that answers"),
+    CauseRule("kv_cache_pressure", "service", (_c("kv_cache", ">=", "kv_cache_ratio"),
+                                               _c("preemptions", ">", "preemptions_per_second")),
+              "the KV cache is {kv_cache} full and the engine preempts {preemptions} requests/s to make room.",
+              "KV cache >= kv_cache_ratio and preemptions/s > preemptions_per_second"),
+    CauseRule("queue_saturation", "service", (_c("waiting", ">=", "queue_waiting"),
+                                              _c("gpu_utilization", ">=", "gpu_busy_ratio")),
+              "{waiting} requests wait while the GPUs are {gpu_utilization} busy: more load than capacity.",
+              "waiting >= queue_waiting while the GPUs are >= gpu_busy_ratio busy"),
+    CauseRule("queue_saturation", "service", (_c("waiting", ">=", "queue_waiting"), _c("gpu_readings", "==", 0),
+                                              _c("running", ">", 0)),
+              "{waiting} requests wait behind {running} running (no GPU readings for it): more load than capacity.",
+              "... or, with no GPU readings for the target, while it runs requests"),
+    CauseRule("gpu_memory", "service", (_c("gpu_memory", ">=", "gpu_memory_ratio"),),
+              "GPU memory is {gpu_memory} used on {gpus}: out-of-memory risk.",
+              "GPU memory used >= gpu_memory_ratio"),
+    CauseRule("gpu_throttling", "service", (_c("gpu_throttled", ">", 0),),
+              "the clocks of {throttled_gpus} are held back ({throttle_reasons}): the GPUs run slower than they can.",
+              "one of throttle_reasons active on the GPUs"),
+    CauseRule("traffic_drop", "service", (_c("throughput_baseline", "<", "throughput_baseline_ratio"),
+                                          _c("waiting", "==", 0)),
               "throughput is at {throughput_baseline} of its baseline with nobody waiting: less traffic, "
-              "not a slower engine."),
+              "not a slower engine.",
+              "throughput < throughput_baseline_ratio of its baseline, nobody waiting"),
+    # ---- infra: a GPU alert -------------------------------------------------------------------
+    CauseRule("gpu_lost", "infra", (_c("gpu_down", ">", 0),),
+              "{down_gpus} gives no readings: the GPU is lost or its source failed.",
+              "the GPU gives no readings"),
+    CauseRule("gpu_memory", "infra", (_c("gpu_memory", ">=", "gpu_memory_ratio"),),
+              "GPU memory is {gpu_memory} used on {gpus}: out-of-memory risk.",
+              "GPU memory used >= gpu_memory_ratio"),
+    CauseRule("queue_saturation", "infra", (_c("waiting", ">=", "queue_waiting"),
+                                            _c("gpu_utilization", ">=", "gpu_busy_ratio")),
+              "{gpus} is {gpu_utilization} busy with {waiting} requests waiting on {served}: more load than capacity.",
+              "its targets have waiting >= queue_waiting while it is >= gpu_busy_ratio busy"),
+    CauseRule("serving_load", "infra", (_c("running", ">", 0), _c("gpu_utilization", ">=", "gpu_busy_ratio")),
+              "{gpus} is {gpu_utilization} busy running {running} requests of {served}: load, not a fault.",
+              "its targets run requests while it is >= gpu_busy_ratio busy"),
+    CauseRule("gpu_throttling", "infra", (_c("gpu_throttled", ">", 0),),
+              "the clocks of {throttled_gpus} are held back ({throttle_reasons}): the GPU runs slower than it can.",
+              "one of throttle_reasons active on it"),
+    CauseRule("gpu_idle", "infra", (_c("targets_on_gpu", ">", 0), _c("running", "==", 0)),
+              "{served} runs no request on {gpus}: paid capacity without work.",
+              "the targets it serves run no request"),
+    # ---- quality: the model's run -------------------------------------------------------------
+    CauseRule("judge_failing", "quality", (_c("run_failed", ">", 0),),
+              "{failed}: the run's numbers are the judge's failure, not the model's quality.",
+              "the run failed: judge errors > 20 % or under half the sample with a usable verdict"),
+    CauseRule("small_sample", "quality", (_c("samples", "<", "quality_min_samples"),),
+              "only {samples} of {sampled} sampled responses have a usable verdict: one day's numbers are noisy.",
+              "fewer usable verdicts than quality_min_samples"),
+    CauseRule("refusals_rose", "quality", (_c("refusal_baseline", ">=", "refusal_baseline_ratio"),),
+              "the model refused {refusal_ratio} of its answers, {refusal_baseline} times the baseline days': "
+              "refusals score low and run short.",
+              "refusal ratio >= refusal_baseline_ratio times the baseline's"),
+    CauseRule("length_changed", "quality", (_c("length_change_size", ">=", "length_change_ratio"),),
+              "the answers' mean length moved {length_change} against the baseline days: a changed model, "
+              "prompt template or traffic mix.",
+              "mean output length moved >= length_change_ratio"),
+    CauseRule("score_fell", "quality", (_c("score_delta", "<=", "score_baseline_delta"),),
+              "the judge scored the answers {score_delta} below the baseline days, with refusals and lengths "
+              "as usual: the answers themselves got worse.",
+              "mean score <= score_baseline_delta below the baseline's"),
+    CauseRule("hallucinations", "quality", (_c("hallucination", ">", "hallucination_ratio"),),
+              "the judge flagged {hallucination} of the answers as hallucinated.",
+              "hallucination share > hallucination_ratio"),
+    # ---- cost ---------------------------------------------------------------------------------
+    CauseRule("gpu_unpriced", "cost", (_c("unpriced_here", ">", 0),),
+              "{unpriced_here} has no price in cost.gpu_prices: its spend is not counted.",
+              "the alert's GPU has no price"),
+    CauseRule("traffic_drop", "cost", (_c("throughput_baseline", "<", "throughput_baseline_ratio"),),
+              "throughput is at {throughput_baseline} of its baseline: the same GPU spend buys fewer tokens.",
+              "the model's throughput < throughput_baseline_ratio of its baseline"),
+    CauseRule("idle_spend", "cost", (_c("idle_share", ">", "idle_ratio"),),
+              "{idle_share} of the spend ({usd_per_hour} $/h) is on idle GPUs: paid capacity without work.",
+              "share of the spend on idle GPUs > idle_ratio"),
 )
 
 
@@ -87,7 +152,7 @@ def _pct(ratio: float) -> str:
 
 
 def signals(context: Context, settings: CauseSettings) -> Signals:
-    """The context reduced to the numbers the table compares (absent when no fact gives them)."""
+    """The context reduced to the numbers the tables compare (absent when no fact gives them)."""
     values: dict[str, float] = {}
     texts: dict[str, str] = {}
 
@@ -109,10 +174,28 @@ def signals(context: Context, settings: CauseSettings) -> Signals:
     worst("running", [t.running for t in up_targets if t.running is not None], sum, lambda v: f"{v:g}")
     worst("throughput_baseline", [t.throughput_baseline_ratio for t in up_targets
                                   if t.throughput_baseline_ratio is not None], min, _pct)
+    _gpu_signals(context, settings, values, texts)
+    _quality_signals(context, values, texts)
+    _cost_signals(context, values, texts)
+    return Signals(values, texts)
+
+
+def _gpu_signals(context: Context, settings: CauseSettings, values: dict[str, float], texts: dict[str, str]) -> None:
     up_gpus = [g for g in context.gpus if g.up]
     values["gpu_readings"] = float(len(up_gpus))
-    worst("gpu_utilization", [g.utilization_ratio for g in up_gpus if g.utilization_ratio is not None], max, _pct)
-    worst("gpu_memory", [g.memory_used_ratio for g in up_gpus if g.memory_used_ratio is not None], max, _pct)
+    if context.layer == "infra":
+        down = [g for g in context.gpus if not g.up]
+        values["gpu_down"] = float(len(down))
+        texts["down_gpus"] = ", ".join(f"GPU {g.node}/{g.gpu}" for g in down)
+        served = tuple(dict.fromkeys(t for g in context.gpus for t in g.targets))
+        values["targets_on_gpu"] = float(len(served))
+        texts["served"] = ", ".join(served)
+    for name, found in (("gpu_utilization", [g.utilization_ratio for g in up_gpus]),
+                        ("gpu_memory", [g.memory_used_ratio for g in up_gpus])):
+        numbers = [v for v in found if v is not None]
+        if numbers:
+            values[name] = max(numbers)
+            texts[name] = _pct(values[name])
     reporting = [g for g in up_gpus if g.clock_events is not None]
     if reporting:
         limiting = set(settings.throttle_reasons)
@@ -122,7 +205,39 @@ def signals(context: Context, settings: CauseSettings) -> Signals:
         reasons = {r for g in throttled for r in g.clock_events or () if r in limiting}
         texts["throttle_reasons"] = ", ".join(sorted(reasons))
     texts["gpus"] = ", ".join(f"GPU {g.node}/{g.gpu}" for g in up_gpus)
-    return Signals(values, texts)
+
+
+def _quality_signals(context: Context, values: dict[str, float], texts: dict[str, str]) -> None:
+    if len(context.quality) != 1:
+        return  # a quality alert names one model: its run
+    q = context.quality[0]
+    values["run_failed"] = 1.0 if q.failed else 0.0
+    texts["failed"] = q.failed or ""
+    for name, value, text in (
+        ("samples", q.samples, lambda v: f"{v:g}"), ("sampled", q.sampled, lambda v: f"{v:g}"),
+        ("refusal_ratio", q.refusal_ratio, _pct), ("refusal_baseline", q.refusal_baseline_ratio, lambda v: f"{v:.3g}"),
+        ("length_change", q.output_length_mean_change_ratio, lambda v: f"{v * 100:+.3g} %"),
+        ("score_delta", q.score_baseline_delta, lambda v: f"{-v:.3g}"),
+        ("hallucination", q.hallucination_ratio, _pct),
+    ):
+        if value is not None:
+            values[name], texts[name] = value, text(value)
+    if q.output_length_mean_change_ratio is not None:
+        values["length_change_size"] = abs(q.output_length_mean_change_ratio)
+        texts["length_change_size"] = texts["length_change"]
+
+
+def _cost_signals(context: Context, values: dict[str, float], texts: dict[str, str]) -> None:
+    cost = context.cost
+    if cost is None:
+        return
+    values["unpriced_gpus"] = float(len(cost.unpriced))
+    values["unpriced_here"] = float(len(cost.unpriced_here))
+    texts["unpriced_here"] = ", ".join(f"GPU {u}" for u in cost.unpriced_here)
+    if cost.idle_ratio is not None:
+        values["idle_share"], texts["idle_share"] = cost.idle_ratio, _pct(cost.idle_ratio)
+    if cost.usd_per_hour is not None:
+        texts["usd_per_hour"] = f"{cost.usd_per_hour:.4g}"
 
 
 def _holds(condition: Condition, values: dict[str, float], settings: CauseSettings) -> bool:
@@ -134,14 +249,21 @@ def _holds(condition: Condition, values: dict[str, float], settings: CauseSettin
     return OPS[condition.op](value, limit)
 
 
-def probable_cause(context: Context, settings: CauseSettings, table: tuple[CauseRule, ...] = CAUSES) -> str:
-    """`<id>: <one sentence>`, from the first rule of the table whose conditions all hold."""
+def table(layer: str) -> tuple[CauseRule, ...]:
+    return tuple(rule for rule in CAUSES if rule.layer == layer)
+
+
+def probable_cause(context: Context, settings: CauseSettings, rules: tuple[CauseRule, ...] | None = None) -> str:
+    """`<id>: <one sentence>`, from the first rule of the alert's layer whose conditions all hold."""
     found = signals(context, settings)
-    for rule in table:
+    rules = table(context.layer) if rules is None else rules
+    for rule in rules:
         if all(_holds(c, found.values, settings) for c in rule.when):
             return f"{rule.id}: {rule.sentence.format_map(_Texts(found))}"
-    checked = ", ".join(f"{name} {found.texts.get(name, f'{value:g}')}"
-                        for name, value in found.values.items() if name != "gpu_readings")
+    # What was checked: the signals this layer's rules look at, as far as the context gives them.
+    looked_at = dict.fromkeys(c.signal for rule in rules for c in rule.when if c.signal != "gpu_readings")
+    checked = ", ".join(f"{name} {found.texts.get(name, f'{found.values[name]:g}')}"
+                        for name in looked_at if name in found.values)
     return f"unknown: nothing stands out in the facts checked ({checked or 'none available'})."
 
 
@@ -152,3 +274,27 @@ class _Texts(dict[str, str]):
 
     def __missing__(self, key: str) -> str:
         return "?"
+
+
+def markdown(settings: CauseSettings | None = None) -> str:
+    """docs/causes.md: every layer's table in the order it is read, with the default thresholds."""
+    settings = settings or CauseSettings()
+    lines = ["# Probable causes", "",
+             "Generated from `monitor/alerting/causes.py` (`python -m monitor.alerting.causes > docs/causes.md`);",
+             "a test keeps the two equal. Each firing alert gains a `probable_cause` annotation",
+             "(`<id>: <one sentence>`) from the table of its own layer (its `layer` label): the first row",
+             "whose conditions all hold wins. Facts hold now: over the alert's own `window`, or the shortest",
+             "window for an alert on a current value. A fact the monitor lacks never matches. When no row",
+             "matches, the cause is `unknown` and lists the facts checked. Thresholds are",
+             "`alerting.causes.<name>` (defaults below).", ""]
+    for layer, title in LAYER_TITLES.items():
+        lines += [f"## {title}", "", "| id | when |", "|----|------|"]
+        lines += [f"| {rule.id} | {rule.doc} |" for rule in table(layer)]
+        lines += ["| unknown | none of the above |", ""]
+    lines += ["## Thresholds", "", "| name | default |", "|------|---------|"]
+    lines += [f"| {name} | {getattr(settings, name)} |" for name in CauseSettings.model_fields]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

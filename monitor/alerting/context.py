@@ -7,8 +7,14 @@ so every value here is the value /metrics held at that moment. An alert is place
     node + gpu                -> that GPU, and the targets (and their models) it serves
     model only                -> the targets serving the model
 
-A fact the monitor does not have (a GPU that is down, a field the GPU lacks, no quality run)
-is left out, never written as 0.
+and by its layer (`layer` label), which decides what can explain it: a quality alert gets its
+model's quality run only, a cost alert the cost numbers (and the targets of its model), a GPU
+alert that GPU and the targets on it, a service alert the service and GPU layers.
+
+Facts hold now: numbers over the alert's own window (its `window` label), or, for an alert on a
+current value (a GPU gauge, a down target), over the shortest window — an error burst that has
+left the last minute does not explain a GPU alert. A fact the monitor does not have (a GPU that
+is down, a field the GPU lacks, no quality run) is left out, never written as 0.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from monitor.cost.collector import CostView
 from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuState, InfraView
 from monitor.quality.layer import QualityView
 from monitor.service.collector import ServiceView, TargetView
@@ -28,6 +35,7 @@ class Views:
     infra: InfraView
     topology: TopologyMap
     quality: QualityView | None = None  # None: the quality layer is not configured
+    cost: CostView | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,24 @@ class QualityFacts:
     refusal_ratio: float | None = None
     output_length_psi: float | None = None
     output_length_mean_change_ratio: float | None = None
+    samples: float | None = None  # usable verdicts
+    sampled: float | None = None
+    judge_errors: float | None = None
+    judge_error_ratio: float | None = None
+    suspect_verdicts: float | None = None
+    score_baseline_delta: float | None = None
+    refusal_baseline_ratio: float | None = None
+    hallucination_ratio: float | None = None
+    failed: str | None = None  # why the run failed (the judge did)
+
+
+@dataclass(frozen=True)
+class CostFacts:
+    usd_per_hour: float | None = None
+    idle_ratio: float | None = None
+    unpriced: tuple[str, ...] = ()  # "node/gpu" of every GPU without a price
+    unpriced_here: tuple[str, ...] = ()  # ... of those the alert names
+    per_token_baseline_ratio: float | None = None  # the alert's model and window
 
 
 @dataclass(frozen=True)
@@ -76,14 +102,56 @@ class Context:
     gpus: tuple[GpuFacts, ...] = ()
     quality: tuple[QualityFacts, ...] = ()
     models: tuple[str, ...] = field(default=())  # the models concerned (a GPU alert names them)
+    layer: str = "service"  # whose cause table explains the alert
+    cost: CostFacts | None = None
 
     @property
     def empty(self) -> bool:
-        return not (self.targets or self.gpus or self.quality)
+        return not (self.targets or self.gpus or self.quality or self.cost)
+
+
+# The alert's `layer` label -> the table that explains it (canary probes are the service as users see it).
+LAYERS = {"service": "service", "canary": "service", "monitor": "service", "infra": "infra",
+          "quality": "quality", "cost": "cost"}
 
 
 def build_context(labels: Mapping[str, str], views: Views) -> Context:
     """The context of an alert with these labels; empty when the labels place it nowhere we know."""
+    layer = LAYERS.get(labels.get("layer", ""), "service")
+    if layer == "quality":
+        return _quality_context(labels, views)
+    if layer == "cost":
+        return _cost_context(labels, views)
+    context = _placed_context(labels, views)
+    return Context(context.targets, context.gpus, context.quality, context.models, layer) if not context.empty \
+        else context
+
+
+def _quality_context(labels: Mapping[str, str], views: Views) -> Context:
+    """A quality alert is about one model's run: only that run can explain it."""
+    model = labels.get("model")
+    if not model:
+        return Context()
+    return Context(quality=_quality_facts(views.quality, (model,)), models=(model,), layer="quality")
+
+
+def _cost_context(labels: Mapping[str, str], views: Views) -> Context:
+    """The cost numbers, and (for a model's cost) the throughput of the targets serving it."""
+    cost = views.cost
+    if cost is None or not cost.present:
+        return Context()
+    numbers = cost.numbers
+    model, window = labels.get("model"), labels.get("window")
+    unpriced = tuple(f"{g.gpu.node}/{g.gpu.gpu}" for g in numbers.unpriced)
+    here = f"{labels['node']}/{labels['gpu']}" if labels.get("node") and labels.get("gpu") else None
+    placed = _placed_context({"model": model, "window": window or ""}, views) if model else Context()
+    facts = CostFacts(numbers.usd_per_hour, numbers.idle_ratio, unpriced,
+                      tuple(u for u in unpriced if u == here),
+                      numbers.baseline_ratio.get((model, window)) if model and window else None)
+    return Context(targets=placed.targets, models=placed.models, layer="cost", cost=facts)
+
+
+def _placed_context(labels: Mapping[str, str], views: Views) -> Context:
     window = labels.get("window")
     if labels.get("target"):
         target_names: tuple[str, ...] = (labels["target"],)
@@ -118,8 +186,9 @@ def _window(service: ServiceView, wanted: str | None) -> str | None:
     labels = [w.label for w in service.windows]
     if wanted in labels:
         return wanted
-    # No window on the alert (TargetDown, a GPU alert): the longest, the steadiest numbers.
-    return max(service.windows, key=lambda w: w.seconds).label if service.windows else None
+    # No window on the alert (a GPU gauge, TargetDown): the shortest, what holds now. The longest
+    # would still hold an error burst that ended minutes ago.
+    return min(service.windows, key=lambda w: w.seconds).label if service.windows else None
 
 
 def _target_facts(service: ServiceView, name: str, model: str | None, window: str | None) -> list[TargetFacts]:
@@ -170,8 +239,13 @@ def _quality_facts(quality: QualityView | None, models: tuple[str, ...]) -> tupl
         if result is None:
             continue
         s = result.summary
-        out.append(QualityFacts(model, result.date, _num(s.get("score_mean")), _num(s.get("refusal_ratio")),
-                                _num(s.get("psi")), _num(s.get("output_length_mean_change_ratio"))))
+        failed = s.get("failed")
+        out.append(QualityFacts(
+            model, result.date, _num(s.get("score_mean")), _num(s.get("refusal_ratio")), _num(s.get("psi")),
+            _num(s.get("output_length_mean_change_ratio")), _num(s.get("samples")), _num(s.get("sampled")),
+            _num(s.get("judge_errors")), _num(s.get("judge_error_ratio")), _num(s.get("suspect_verdicts")),
+            _num(s.get("score_baseline_delta")), _num(s.get("refusal_baseline_ratio")),
+            _num(s.get("hallucination_ratio")), failed if isinstance(failed, str) else None))
     return tuple(out)
 
 

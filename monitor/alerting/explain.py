@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from monitor.alerting.causes import probable_cause
-from monitor.alerting.context import Context, GpuFacts, QualityFacts, TargetFacts, Views, build_context
+from monitor.alerting.context import Context, CostFacts, GpuFacts, QualityFacts, TargetFacts, Views, build_context
 from monitor.config import CauseSettings
 
 CONTEXT = "context"
@@ -52,6 +52,14 @@ _QUALITY_LINES: tuple[tuple[str, str, Callable[[float], str]], ...] = (
     ("refusal_ratio", "refusal ratio", _pct),
     ("output_length_psi", "output length PSI", _num),
     ("output_length_mean_change_ratio", "output length mean change", _pct),
+    ("samples", "usable verdicts", _num),
+    ("judge_errors", "judge errors", _num),
+    ("suspect_verdicts", "suspect verdicts", _num),
+)
+_COST_LINES: tuple[tuple[str, str, Callable[[float], str]], ...] = (
+    ("usd_per_hour", "spend $/h", _num),
+    ("idle_ratio", "idle share of the spend", _pct),
+    ("per_token_baseline_ratio", "$/token vs. baseline", _pct),
 )
 
 
@@ -67,6 +75,8 @@ def context_text(context: Context) -> str:
         lines += _gpu_lines(gpu, models)
     for quality in context.quality:
         lines += _quality_lines(quality)
+    if context.cost is not None:
+        lines += _cost_lines(context.cost)
     return "\n".join(lines)
 
 
@@ -96,7 +106,16 @@ def _gpu_lines(facts: GpuFacts, models: Mapping[str, list[str]]) -> list[str]:
 
 
 def _quality_lines(facts: QualityFacts) -> list[str]:
-    return _lines(f"quality {facts.model} (run {facts.date})", facts, _QUALITY_LINES)
+    head = f"quality {facts.model} (run {facts.date})"
+    failed = [f"{head} failed: {facts.failed}"] if facts.failed else []
+    return failed + _lines(head, facts, _QUALITY_LINES)
+
+
+def _cost_lines(facts: CostFacts) -> list[str]:
+    lines = _lines("cost", facts, _COST_LINES)
+    if facts.unpriced:
+        lines.append(f"cost GPUs without a price: {', '.join(facts.unpriced)}")
+    return lines
 
 
 def _lines(head: str, facts: object, table: tuple[tuple[str, str, Callable[[float], str]], ...]) -> list[str]:

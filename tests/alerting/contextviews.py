@@ -21,14 +21,16 @@ NODE = "node-1"
 
 
 def target(name: str = "vllm-a", up: bool = True, running: float = 4, waiting: float = 0, kv: float = 0.3,
-           **stats: Any) -> TargetView:
+           last_minute: dict[str, Any] | None = None, **stats: Any) -> TargetView:
+    """The same numbers over 1m and 5m, unless `last_minute` says what differs in the last minute."""
     values = {"requests_per_second": 5.0, "error_ratio": 0.0, "preemptions_per_second": 0.0,
               "throughput_baseline_ratio": 1.0, **stats}
     if not up:
         return TargetView(name, False, None, None)
     return TargetView(name, True, "vllm", "v1",
                       gauges={"running": {MODEL: running}, "waiting": {MODEL: waiting}, "kv_cache": {MODEL: kv}},
-                      stats={(MODEL, "5m"): WindowStats(**values)})
+                      stats={(MODEL, "1m"): WindowStats(**{**values, **(last_minute or {})}),
+                             (MODEL, "5m"): WindowStats(**values)})
 
 
 def gpu(index: str = "0", up: bool = True, util: float = 0.5, mem: float = 0.5, reasons: tuple[str, ...] = (),
@@ -81,6 +83,9 @@ _QUALITY_FACTS = {
     "refusal ratio": ("inference_quality_refusal_ratio", 100.0),
     "output length PSI": ("inference_quality_output_length_psi", 1.0),
     "output length mean change": ("inference_quality_output_length_mean_change_ratio", 100.0),
+    "usable verdicts": ("inference_quality_samples", 1.0),
+    "judge errors": ("inference_quality_judge_errors", 1.0),
+    "suspect verdicts": ("inference_quality_judge_suspect_verdicts", 1.0),
 }
 _TARGET_LINE = re.compile(r"^(\S+) model=(\S+)(?: window=(\S+))? (.+): (.+)$")
 _GPU_LINE = re.compile(r"^GPU (\S+)/(\S+) (.+): (.+)$")
@@ -111,6 +116,9 @@ def assert_context_matches(context: str, metrics_text: str) -> int:
         if m := _GPU_LINE.match(line):
             node, index, label, text = m.groups()
             compared += _check_gpu(metrics, node, index, label, text)
+        elif (m := _QUALITY_LINE.match(line)) and m.group(2) == "failed":
+            assert _lookup(metrics, "inference_quality_run_failed", model=m.group(1)) == 1.0, line
+            compared += 1
         elif m := _QUALITY_LINE.match(line):
             model, label, text = m.groups()
             metric, unit = _QUALITY_FACTS[label]
