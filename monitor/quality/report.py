@@ -62,9 +62,14 @@ def _model_section(model: ModelReport) -> str:
         ("mean length change", _pct(s.get("output_length_mean_change_ratio"), signed=True),
          _bad(s.get("output_length_mean_change_ratio"), lambda v: abs(v) > 0.3)),
         ("judge errors", str(s.get("judge_errors", 0)), bool(s.get("judge_errors"))),
+        ("suspect verdicts", str(s.get("suspect_verdicts", 0)), bool(s.get("suspect_verdicts"))),
         ("judge cost", f"${s.get('judge_cost_usd', 0.0):.4f}", False),
     ]
-    html = [f"<h2>{escape(model.run.model)}</h2>", '<div class="cards">']
+    html = [f"<h2>{escape(model.run.model)}</h2>"]
+    if s.get("failed"):
+        html.append(f'<p class="card bad">FAILED: {escape(str(s["failed"]))}: the run has no score; '
+                    "its numbers are the judge's failure, not the model's quality.</p>")
+    html.append('<div class="cards">')
     html += [f'<div class="card{" bad" if bad else ""}">{escape(label)}<b>{escape(value)}</b></div>'
              for label, value, bad in cards]
     html.append("</div>")

@@ -8,6 +8,7 @@ import asyncio
 import re
 from pathlib import Path
 
+import httpx
 import pytest
 
 from monitor.config import Settings
@@ -18,6 +19,7 @@ from monitor.store.quality import QualityStore
 from monitor.store.session import Store
 from monitor.web.overview import overview
 from monitor.web.terminal import exit_code
+from tests.appserver import serve_app
 from tests.quality.helpers import DAY, make_samples, quality_settings
 from tests.quality.judgeserver import JudgeScript, judge_server
 
@@ -82,6 +84,17 @@ def test_schema_valid_junk_is_suspect_not_a_score_drop(tmp_path: Path, capsys: p
     assert 'inference_quality_judge_suspect_verdicts{model="qwen3-8b"} 9.0' in page
     assert 'inference_quality_judged_ratio{model="qwen3-8b"} 0.0' in page
     assert "inference_quality_score_mean{" not in page
+
+
+def test_the_report_page_says_the_run_failed(tmp_path: Path) -> None:
+    with judge_server(JudgeScript(default="junk")) as url:
+        settings = seeded(tmp_path, url)
+        assert run_command(settings, DAY, None, False) == 1
+    with serve_app(Monitor(settings)) as base:
+        page = httpx.get(f"{base}/reports/quality/{DAY}", timeout=10, trust_env=False)
+    assert page.status_code == 200
+    assert "FAILED: only 0 of 9 samples have a usable verdict: the run has no score" in page.text
+    assert "suspect verdicts<b>9</b>" in page.text
 
 
 def test_one_verdict_for_everything_is_suspect(tmp_path: Path) -> None:
