@@ -20,7 +20,7 @@ is down, a field the GPU lacks, no quality run) is left out, never written as 0.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from monitor.cost.collector import CostView
 from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuState, InfraView
@@ -123,8 +123,7 @@ def build_context(labels: Mapping[str, str], views: Views) -> Context:
     if layer == "cost":
         return _cost_context(labels, views)
     context = _placed_context(labels, views)
-    return Context(context.targets, context.gpus, context.quality, context.models, layer) if not context.empty \
-        else context
+    return context if context.empty else replace(context, layer=layer)
 
 
 def _quality_context(labels: Mapping[str, str], views: Views) -> Context:
