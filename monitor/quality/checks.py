@@ -109,7 +109,7 @@ def suspect_verdicts(judged: Sequence[Judged]) -> list[bool]:
     """Which verdicts say nothing about the model, per judgment: no reason (the rubric asks for one),
     or one identical verdict (score, flags and reason) for a whole sample of different responses."""
     answered = [i for i, j in enumerate(judged) if j.error is None and j.score is not None]
-    suspect = [i in answered and not (judged[i].reason or "").strip() for i in range(len(judged))]
+    suspect = [j.error is None and j.score is not None and not (j.reason or "").strip() for j in judged]
     verdicts = {(judged[i].score, judged[i].refusal, judged[i].hallucination, (judged[i].reason or "").strip())
                 for i in answered}
     responses = {judged[i].response for i in answered}
