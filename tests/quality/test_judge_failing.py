@@ -49,6 +49,23 @@ def metrics_and_overview(settings: Settings) -> tuple[str, dict[str, object]]:
     return asyncio.run(read())
 
 
+def firing_alerts(settings: Settings) -> dict[str, dict[str, str]]:
+    """One cycle of a monitor with the shipped rules: {alertname: annotations} of what fires."""
+    monitor = Monitor(settings)
+
+    async def cycle() -> dict[str, dict[str, str]]:
+        try:
+            await monitor.quality.refresh()
+            await monitor.run_once()
+            assert monitor.alerting is not None
+            return {a["labels"]["alertname"]: a["annotations"] for a in monitor.alerting.active()
+                    if a["state"] == "firing"}
+        finally:
+            await monitor.aclose()
+
+    return asyncio.run(cycle())
+
+
 def test_a_judge_that_fails_every_verdict_fails_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The issue's run: a 400 about samplers, then timeouts, then malformed JSON."""
     script = JudgeScript(default="malformed", hang_s=2.0)
@@ -71,6 +88,10 @@ def test_a_judge_that_fails_every_verdict_fails_the_run(tmp_path: Path, capsys: 
     assert layers["quality"]["state"] == "failing"
     assert layers["quality"]["detail"] == f"qwen3-8b run {DAY}: the judge failed on 9 of 9 samples"
     assert view["ok"] is False and exit_code(view) == 1  # `infermon status` exits 1
+    firing = firing_alerts(settings)  # the shipped rules, the embedded evaluator
+    assert "QualityJudgeFailing" in firing and "QualityScoreLow" not in firing
+    assert firing["QualityJudgeFailing"]["probable_cause"].startswith(
+        "judge_failing: the judge failed on 9 of 9 samples: the run's numbers are the judge's failure")
 
 
 def test_schema_valid_junk_is_suspect_not_a_score_drop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -84,6 +105,8 @@ def test_schema_valid_junk_is_suspect_not_a_score_drop(tmp_path: Path, capsys: p
     assert 'inference_quality_judge_suspect_verdicts{model="qwen3-8b"} 9.0' in page
     assert 'inference_quality_judged_ratio{model="qwen3-8b"} 0.0' in page
     assert "inference_quality_score_mean{" not in page
+    firing = firing_alerts(settings)
+    assert "QualityJudgeFailing" in firing and not {"QualityScoreLow", "QualityScoreBelowBaseline"} & set(firing)
 
 
 def test_the_report_page_says_the_run_failed(tmp_path: Path) -> None:
