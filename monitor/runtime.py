@@ -41,7 +41,7 @@ from monitor.quality.layer import QualityLayer
 from monitor.quality.render import render_quality
 from monitor.service.collector import ServiceCollector
 from monitor.service.render import render_objectives, render_service
-from monitor.service.schedule import Spreader, render_schedule
+from monitor.service.schedule import SCRAPES, Spreader, render_schedule
 from monitor.service.scrape import pool_limits
 from monitor.store.quality import QualityStore
 from monitor.store.session import Store
@@ -169,14 +169,15 @@ class Monitor:
         self.exposition = ExpositionCache(self.registry, wall)
 
     async def run_job(self, job: Job) -> None:
-        try:
-            await job.run()
-        finally:
-            job.ran = True
-        if job.name in ("service", "infra") and self.exposition.latest is None:
-            await self.evaluate_alerts()  # on fresh data, not up to an interval later (serving: after each publish)
-        if job.name == "cost":  # cost runs after service and infra: one sample of the page's charts
-            self.sample_history()
+        with self.health.step(job.name):  # what escapes a run is logged and counted; the job goes on
+            try:
+                await job.run()
+            finally:
+                job.ran = True
+            if job.name in ("service", "infra") and self.exposition.latest is None:
+                await self.evaluate_alerts()  # on fresh data, not up to an interval later (serving: after each publish)
+            if job.name == "cost":  # cost runs after service and infra: one sample of the page's charts
+                self.sample_history()
 
     async def run_once(self) -> None:
         for job in self.jobs:
@@ -201,6 +202,7 @@ class Monitor:
         # 1,000 targets): what lives for the process (modules, the app, then the targets' stores) is
         # frozen out of those walks. The data replaced on each scrape is acyclic: freed by refcount.
         gc.freeze()
+        self.health.watch(SCRAPES, self.spreader.interval)
         try:
             await asyncio.gather(self.spreader.run(), self._publish_loop(self.jobs[0]))
         finally:
@@ -212,18 +214,19 @@ class Monitor:
         loop = asyncio.get_running_loop()
         while True:
             started = loop.time()
-            self.service.refresh_targets()  # file_sd, on the loop: the spreader follows at once
-            all_seen = self.spreader is not None and self.spreader.all_seen()
-            try:
-                await loop.run_in_executor(self.cpu, self.publish)
-            except Exception:  # a bug in a renderer: keep scraping, keep the last good page, say so
-                log.exception("publishing the service view and /metrics failed")
-            else:
-                await self.evaluate_alerts()  # on the page just published: fresh data, rendered once
-            if all_seen and not job.ran:
-                job.ran = True  # ready once every target was tried and published
-                gc.freeze()  # the targets' stores, parsers and pools, built in the first round
+            with self.health.step(job.name):  # a bug in file_sd handling: the old targets stay, say so
+                self.service.refresh_targets()  # file_sd, on the loop: the spreader follows at once
+            with self.health.step(job.name):  # a bug in a renderer: keep scraping, keep the last good page
+                await self._publish_tick(job)
             await asyncio.sleep(max(0.0, period - (loop.time() - started)))
+
+    async def _publish_tick(self, job: Job) -> None:
+        all_seen = self.spreader is not None and self.spreader.all_seen()
+        await asyncio.get_running_loop().run_in_executor(self.cpu, self.publish)
+        if all_seen and not job.ran:
+            job.ran = True  # ready once every target was tried and published
+            gc.freeze()  # the targets' stores, parsers and pools, built in the first round
+        await self.evaluate_alerts()  # on the page just published: fresh data, rendered once
 
     def publish(self) -> None:
         """Assemble the service view and render /metrics (in the worker thread)."""
@@ -259,6 +262,7 @@ class Monitor:
                        "last_reload_successful": self.reloads.successful, "last_reload": self.reloads.at,
                        "last_reload_error": self.reloads.error},
             "collectors": [entry.as_dict() for entry in self.health.entries.values()],
+            "jobs": [job.as_dict(self.wall()) for job in list(self.health.jobs.values())],
             "recent_events": self.store.recent_events(20),
             "alerting": self.alerting.status() if self.alerting else {"enabled": False},
             "overview": overview(self),  # the numbers of the page at / and of `infermon status`
