@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import math
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -29,7 +30,7 @@ from monitor.alerting.model import AlertSink
 from monitor.alerting.rules import RulesError, RuleSet, load_rules
 from monitor.canary.collector import CanaryCollector
 from monitor.canary.render import render_canary
-from monitor.catalog import family
+from monitor.catalog import CATALOG, family
 from monitor.config import ConfigError, ServiceSettings, Settings, load_settings
 from monitor.cost.collector import CostCollector
 from monitor.cost.render import render_cost
@@ -101,6 +102,7 @@ class Monitor:
         self.wall = wall
         ruleset = _load_rules(settings)  # first: a bad rule file fails before anything is opened
         self.started = wall()
+        self.collected_at: dict[str, float] = {}  # layer -> when its first collection since start ended
         self.health = HealthBook(wall=wall)
         self.store = Store(settings.storage.url)
         self.health.listeners.append(
@@ -164,16 +166,20 @@ class Monitor:
         self.explainer = Explainer(self.views, settings.alerting.causes)
         if self.alerting is not None:
             self.alerting.explain = self.explainer
+            self.alerting.collected = self.collected
         # What /metrics serves under `infermon serve`, and what in-process readers take:
         # `monitor.exposition.latest.body`, rendered once per publish tick in the worker thread.
         self.exposition = ExpositionCache(self.registry, wall)
 
     async def run_job(self, job: Job) -> None:
         with self.health.step(job.name):  # what escapes a run is logged and counted; the job goes on
+            after = {layer for layer in _COLLECTED_AFTER.get(job.name, ()) if layer not in self.collected_at}
             try:
                 await job.run()
             finally:
                 job.ran = True
+            if job.name in _LAYER_OF_JOB and not after:  # its first collection on fresh inputs
+                self.collected_at.setdefault(_LAYER_OF_JOB[job.name], self.wall())
             if job.name in ("service", "infra") and self.exposition.latest is None:
                 await self.evaluate_alerts()  # on fresh data, not up to an interval later (serving: after each publish)
             if job.name == "cost":  # cost runs after service and infra: one sample of the page's charts
@@ -222,9 +228,11 @@ class Monitor:
 
     async def _publish_tick(self, job: Job) -> None:
         all_seen = self.spreader is not None and self.spreader.all_seen()
+        before = self.wall()
         await asyncio.get_running_loop().run_in_executor(self.cpu, self.publish)
         if all_seen and not job.ran:
             job.ran = True  # ready once every target was tried and published
+            self.collected_at.setdefault("service", before)  # rules on its series may run from this page on
             gc.freeze()  # the targets' stores, parsers and pools, built in the first round
         await self.evaluate_alerts()  # on the page just published: fresh data, rendered once
 
@@ -313,6 +321,24 @@ class Monitor:
             samples = await loop.run_in_executor(self.cpu, exposition_samples, latest.body, self.alerting.metrics)
             self.alerting.run_samples(samples, latest.rendered_at, interval)
 
+    def collected(self, metric: str, at: float) -> bool:
+        """Does a page rendered at `at` hold what the collector behind this metric collected since
+        start? Until then a rule on it is held: evaluated on a fresh process's empty view, a restored
+        TargetDown would resolve, then fire again with a new startsAt once the target is scraped."""
+        definition = CATALOG.get(metric)
+        layer = definition.layer if definition else None
+        if layer == "canary":
+            return self._canary_collected()
+        if layer is not None and layer in _LAYER_OF_JOB.values():
+            return self.collected_at.get(layer, math.inf) <= at
+        return self.ready  # the monitor's own series, the alerting counters, recorded series: all jobs ran
+
+    def _canary_collected(self) -> bool:
+        """Every probe ended once, or the longest probe's interval and timeout have passed."""
+        probes = self.canary.probes.values()
+        waited = max((p.probe.interval.seconds + p.probe.timeout.seconds for p in probes), default=0.0)
+        return all(p.last_at is not None for p in probes) or self.wall() - self.started >= waited
+
     async def prune(self) -> None:
         self.store.prune(self.wall() - self.settings.storage.retention.seconds)
         await self.delivery.prune(self.wall() - self.settings.storage.retention.seconds)
@@ -324,6 +350,12 @@ class Monitor:
         await self.client.aclose()
         await self.service.aclose()
         self.cpu.shutdown(wait=False, cancel_futures=True)
+
+
+# The layer each job collects; cost derives from service and infra, so its first collection
+# counts once theirs are in.
+_LAYER_OF_JOB = {"service": "service", "infra": "infra", "quality_refresh": "quality", "cost": "cost"}
+_COLLECTED_AFTER = {"cost": ("service", "infra")}
 
 
 def _load_rules(settings: Settings) -> RuleSet | None:
