@@ -290,6 +290,10 @@ class Monitor:
             self.reloads.failed(self.wall(), str(exc))
             log.error("configuration reload failed, keeping the running configuration: %s", exc)
             return False
+        except Exception as exc:  # a case the loader does not name yet: still a failed reload, said plainly
+            self.reloads.failed(self.wall(), f"{self.config_path}: cannot be loaded ({type(exc).__name__})")
+            log.exception("configuration reload failed, keeping the running configuration")
+            return False
         self.service.reconfigure(fresh.service.targets, fresh.service.file_sd)
         later = [name for name in type(fresh).model_fields if name != "service"
                  and getattr(fresh, name) != getattr(self.settings, name)]

@@ -119,13 +119,39 @@ def metric_names(node: Node) -> set[str]:
     return metric_names(node.left) | metric_names(node.right)
 
 
+MAX_DEPTH = 100  # operators and parentheses nested in one expression (the shipped rules use 3)
+
+
+class TooDeep(ValueError):
+    """An expression no rule file needs: evaluating it would exhaust the stack."""
+
+
 def parse(text: str) -> Node:
-    """Parse an expression of the subset; `OutsideSubset` says why one is not."""
+    """Parse an expression of the subset; `OutsideSubset` says why one is not, `TooDeep` refuses
+    one nested past MAX_DEPTH (a 20,000-term `or` chain, 50,000 parentheses)."""
     parser = _Parser(_tokens(text))
-    node = parser.setop()
+    try:
+        node = parser.setop()
+    except RecursionError:
+        raise TooDeep(f"expression nested too deep (at most {MAX_DEPTH} levels of operators and parentheses)") from None
     if parser.peek() is not None:
         raise OutsideSubset(f"unexpected {parser.peek()!r} after a complete expression")
+    if depth(node) > MAX_DEPTH:
+        raise TooDeep(f"expression nested too deep (at most {MAX_DEPTH} levels of operators and parentheses)")
     return node
+
+
+def depth(node: Node) -> int:
+    """Levels of the tree, counted without recursion (the tree may be deeper than the stack)."""
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        current, level = stack.pop()
+        deepest = max(deepest, level)
+        if isinstance(current, Compare):
+            stack.append((current.operand, level + 1))
+        elif isinstance(current, SetOp):
+            stack += [(current.left, level + 1), (current.right, level + 1)]
+    return deepest
 
 
 def _tokens(text: str) -> list[tuple[str, str]]:
