@@ -27,6 +27,8 @@ from pydantic import (
 from pydantic_core import core_schema
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from monitor.redaction import redact_urls
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -124,7 +126,7 @@ class Target(_Section):
     @classmethod
     def _http_url(cls, value: str) -> str:
         if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", value):
-            raise ValueError(f"not an http(s) URL: {value!r}")
+            raise ValueError("not an http(s) URL (http://host:port/path)")  # never quoted: it may hold a password
         return value
 
 
@@ -599,7 +601,7 @@ def _describe(exc: ValidationError, path: str | Path | None) -> str:
     lines = []
     for error in exc.errors():
         key = ".".join(str(part) for part in error["loc"]) or "(top level)"
-        reason = error["msg"].removeprefix("Value error, ")
+        reason = redact_urls(error["msg"].removeprefix("Value error, "))
         if error["type"] == "extra_forbidden":
             reason = "unknown key"
         lines.append(f"{where}{key}: {reason}")
@@ -627,7 +629,7 @@ class CanaryProbe(_Section):
     @classmethod
     def _http_base(cls, value: str) -> str:
         if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"not an http(s) URL: {value!r}")
+            raise ValueError("not an http(s) URL (http://host:port/v1)")  # never quoted: it may hold a key
         return value.rstrip("/")
 
     @field_validator("expect")

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from monitor.redaction import redact_urls
+
 log = logging.getLogger("monitor.health")
 
 
@@ -183,7 +185,7 @@ class HealthBook:
 
 
 def _describe(exc: Exception) -> str:
-    text = str(exc).split("\n", 1)[0][:300]
+    text = redact_urls(str(exc).split("\n", 1)[0][:300])  # an HTTP error names its URL, token and all
     if getattr(exc, "plain", False):  # errors that already read as a reason ("timed out after 2s")
         return text
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -96,7 +96,8 @@ def _group_targets(group: Any, where: str) -> list[ServiceTarget]:
             targets.append(ServiceTarget(name=name, url=f"{scheme}://{address}{path}", **extra))
         except ValidationError as exc:
             reason = exc.errors()[0]["msg"].removeprefix("Value error, ")
-            raise DiscoveryError(f"{where}: target {address!r}: {reason}") from None
+            shown = address.rpartition("@")[2]  # user:password@host: the host only
+            raise DiscoveryError(f"{where}: target {shown!r}: {reason}") from None
     return targets
 
 
