@@ -120,6 +120,7 @@ def metric_names(node: Node) -> set[str]:
 
 
 MAX_DEPTH = 100  # operators and parentheses nested in one expression (the shipped rules use 3)
+TOO_DEEP = f"expression nested too deep (at most {MAX_DEPTH} levels of operators and parentheses)"
 
 
 class TooDeep(ValueError):
@@ -133,12 +134,20 @@ def parse(text: str) -> Node:
     try:
         node = parser.setop()
     except RecursionError:
-        raise TooDeep(f"expression nested too deep (at most {MAX_DEPTH} levels of operators and parentheses)") from None
+        raise TooDeep(TOO_DEEP) from None
     if parser.peek() is not None:
         raise OutsideSubset(f"unexpected {parser.peek()!r} after a complete expression")
     if depth(node) > MAX_DEPTH:
-        raise TooDeep(f"expression nested too deep (at most {MAX_DEPTH} levels of operators and parentheses)")
+        raise TooDeep(TOO_DEEP)
     return node
+
+
+def _chained(count: int) -> int:
+    """One more operator in a chain (each nests the chain one level deeper): refuse a 20,000-term
+    `or` at its 101st term instead of building it first."""
+    if count + 1 > MAX_DEPTH:
+        raise TooDeep(TOO_DEEP)
+    return count + 1
 
 
 def depth(node: Node) -> int:
@@ -188,15 +197,15 @@ class _Parser:
         return token
 
     def setop(self) -> Node:
-        node = self.intersection()
+        node, chained = self.intersection(), 0
         while self.peek() == "or":
-            node = self.matching(self.take(), node, self.intersection)
+            node, chained = self.matching(self.take(), node, self.intersection), _chained(chained)
         return node
 
     def intersection(self) -> Node:
-        node = self.compare()
+        node, chained = self.compare(), 0
         while self.peek() in ("and", "unless"):
-            node = self.matching(self.take(), node, self.compare)
+            node, chained = self.matching(self.take(), node, self.compare), _chained(chained)
         return node
 
     def matching(self, op: str, left: Node, right: Callable[[], Node]) -> SetOp:
