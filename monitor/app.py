@@ -32,10 +32,12 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
         loops: list[asyncio.Task[object]] = []
         if schedule:
             for job in monitor.jobs:
+                if job.cron is None:  # a daily run is not expected every few minutes
+                    monitor.health.watch(job.name, job.interval_seconds)
                 if job.loop is None:
                     _add_job(scheduler, monitor, job)
             scheduler.start()
-            loops = [asyncio.create_task(_run_loop(job), name=job.name) for job in monitor.jobs if job.loop]
+            loops = [asyncio.create_task(_run_loop(monitor, job), name=job.name) for job in monitor.jobs if job.loop]
         try:
             yield
         finally:
@@ -59,8 +61,13 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
         return Response(monitor.metrics_text(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> Response:
+        # Alive means collecting: a job that stopped or made no progress for a few intervals fails
+        # the probe (Kubernetes restarts the pod), naming the job and why.
+        problems = monitor.health.problems()
+        if problems:
+            return JSONResponse({"status": "failing", "jobs": problems}, status_code=503)
+        return JSONResponse({"status": "ok"})
 
     @app.get("/readyz")
     async def readyz() -> Response:
@@ -99,16 +106,21 @@ def _on_sighup(monitor: Monitor) -> None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, monitor.reload)
 
 
-async def _run_loop(job: Job) -> object:
-    """A job that schedules itself (the service layer's spread scrapes); a crash is logged, not hidden."""
+async def _run_loop(monitor: Monitor, job: Job) -> object:
+    """A job that schedules itself (the service layer's spread scrapes). Its steps catch their own
+    errors; should the loop still end, that is logged and fails /healthz, never hidden."""
     assert job.loop is not None
     try:
-        return await job.loop()
+        result = await job.loop()
     except asyncio.CancelledError:
         raise
-    except Exception:
+    except Exception as exc:
         log.exception("job %s stopped", job.name)
+        monitor.health.stopped(job.name, f"{type(exc).__name__}: {str(exc)[:300]}")
         raise
+    monitor.health.stopped(job.name, "its loop returned")
+    log.error("job %s stopped: its loop returned", job.name)
+    return result
 
 
 def _add_job(scheduler: AsyncIOScheduler, monitor: Monitor, job: Job) -> None:

@@ -12,6 +12,7 @@ import uvicorn
 from sqlalchemy.exc import SQLAlchemyError
 
 from monitor.config import ConfigError, Settings, load_settings
+from monitor.redaction import redact_logs
 
 app = typer.Typer(help="Monitoring for LLM inference clusters: GPUs, engines, quality, cost.",
                   no_args_is_help=True, add_completion=False)
@@ -30,6 +31,7 @@ def _settings(config: Path | None, **server: object) -> Settings:
 
 def _logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    redact_logs()  # no URL leaves in a log line with its password or token
     # httpx logs every request at INFO: one line per target per scrape would drown ours.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     logging.getLogger("httpx2").setLevel(max(logging.WARNING, logging.getLogger().level))  # the openai SDK's

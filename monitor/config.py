@@ -27,6 +27,8 @@ from pydantic import (
 from pydantic_core import core_schema
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from monitor.redaction import redact_urls
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -78,8 +80,31 @@ class Duration:
         return hash(self.seconds)
 
 
+# The least each kind of duration may be: below these a job spins (an interval of 0.000001ms
+# is a busy loop that never answers, not a fast monitor) or every call fails at once.
+# (bench/gpu_check.py replays a recording 25 times faster: a 40 ms NVML interval is real use.)
+_FLOORS = (("interval", Duration("20ms")), ("wait", Duration("20ms")),
+           ("timeout", Duration("10ms")), ("", Duration("1ms")))
+
+
+def duration_floor(field: str) -> Duration:
+    """The smallest value allowed for a duration setting, by what its name says it is."""
+    return next(floor for part, floor in _FLOORS if part in field)
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _at_least_floor(cls, value: Any, info: pydantic.ValidationInfo) -> Any:
+        durations = value if isinstance(value, list) else [value]
+        for duration in durations:
+            if isinstance(duration, Duration):
+                floor = duration_floor(info.field_name or "")
+                if duration.seconds < floor.seconds:
+                    raise ValueError(f"{duration.text} is too short: at least {floor.text}")
+        return value
 
 
 class Target(_Section):
@@ -101,7 +126,7 @@ class Target(_Section):
     @classmethod
     def _http_url(cls, value: str) -> str:
         if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", value):
-            raise ValueError(f"not an http(s) URL: {value!r}")
+            raise ValueError("not an http(s) URL (http://host:port/path)")  # never quoted: it may hold a password
         return value
 
 
@@ -554,11 +579,15 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        loaded = yaml.safe_load(path.read_text())
+        loaded = yaml.safe_load(path.read_bytes().decode("utf-8"))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid UTF-8 at byte {exc.start}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML: nested too deep") from None
+    except yaml.YAMLError as exc:  # where and what, never the text around it: it may hold a token
+        raise ConfigError(f"{path}: not valid YAML: {yaml_problem(exc)}") from None
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
@@ -566,12 +595,22 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return loaded
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """`line 3, column 9: mapping values are not allowed here`: PyYAML's own message quotes the
+    lines around the mistake, which for a typo on a token line is the token."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        return f"{where}{exc.problem or exc.context or 'cannot be parsed'}"
+    return type(exc).__name__
+
+
 def _describe(exc: ValidationError, path: str | Path | None) -> str:
     where = f"{path}: " if path else ""
     lines = []
     for error in exc.errors():
         key = ".".join(str(part) for part in error["loc"]) or "(top level)"
-        reason = error["msg"].removeprefix("Value error, ")
+        reason = redact_urls(error["msg"].removeprefix("Value error, "))
         if error["type"] == "extra_forbidden":
             reason = "unknown key"
         lines.append(f"{where}{key}: {reason}")
@@ -602,7 +641,7 @@ class CanaryProbe(_Section):
     @classmethod
     def _http_base(cls, value: str) -> str:
         if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"not an http(s) URL: {value!r}")
+            raise ValueError("not an http(s) URL (http://host:port/v1)")  # never quoted: it may hold a key
         return value.rstrip("/")
 
     @field_validator("expect")

@@ -115,6 +115,25 @@ def render_health(book: HealthBook) -> Iterator[Metric]:
     yield success
     yield duration
     yield last
+    yield from render_jobs(book)
+
+
+def render_jobs(book: HealthBook) -> Iterator[Metric]:
+    healthy = family("inference_monitor_job_healthy")
+    progress = family("inference_monitor_job_last_progress_timestamp_seconds")
+    errors = family("inference_monitor_job_errors_total")
+    now = book.wall()
+    for job in list(book.jobs.values()):
+        if job.interval_seconds is None:
+            continue  # not a scheduled job (`run_once`, `infermon check`): no series
+        labels = {"job": job.job}
+        healthy.add_sample(healthy.name, labels, 0.0 if job.problem(now) else 1.0)
+        if job.last_progress is not None:
+            progress.add_sample(progress.name, labels, job.last_progress)
+        errors.add_sample(f"{errors.name}_total", labels, float(job.errors))
+    yield healthy
+    yield progress
+    yield errors
 
 
 @dataclass(frozen=True)

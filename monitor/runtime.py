@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import math
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -29,7 +30,7 @@ from monitor.alerting.model import AlertSink
 from monitor.alerting.rules import RulesError, RuleSet, load_rules
 from monitor.canary.collector import CanaryCollector
 from monitor.canary.render import render_canary
-from monitor.catalog import family
+from monitor.catalog import CATALOG, family
 from monitor.config import ConfigError, ServiceSettings, Settings, load_settings
 from monitor.cost.collector import CostCollector
 from monitor.cost.render import render_cost
@@ -41,7 +42,7 @@ from monitor.quality.layer import QualityLayer
 from monitor.quality.render import render_quality
 from monitor.service.collector import ServiceCollector
 from monitor.service.render import render_objectives, render_service
-from monitor.service.schedule import Spreader, render_schedule
+from monitor.service.schedule import SCRAPES, Spreader, render_schedule
 from monitor.service.scrape import pool_limits
 from monitor.store.quality import QualityStore
 from monitor.store.session import Store
@@ -101,6 +102,7 @@ class Monitor:
         self.wall = wall
         ruleset = _load_rules(settings)  # first: a bad rule file fails before anything is opened
         self.started = wall()
+        self.collected_at: dict[str, float] = {}  # layer -> when its first collection since start ended
         self.health = HealthBook(wall=wall)
         self.store = Store(settings.storage.url)
         self.health.listeners.append(
@@ -164,19 +166,24 @@ class Monitor:
         self.explainer = Explainer(self.views, settings.alerting.causes)
         if self.alerting is not None:
             self.alerting.explain = self.explainer
+            self.alerting.collected = self.collected
         # What /metrics serves under `infermon serve`, and what in-process readers take:
         # `monitor.exposition.latest.body`, rendered once per publish tick in the worker thread.
         self.exposition = ExpositionCache(self.registry, wall)
 
     async def run_job(self, job: Job) -> None:
-        try:
-            await job.run()
-        finally:
-            job.ran = True
-        if job.name in ("service", "infra") and self.exposition.latest is None:
-            await self.evaluate_alerts()  # on fresh data, not up to an interval later (serving: after each publish)
-        if job.name == "cost":  # cost runs after service and infra: one sample of the page's charts
-            self.sample_history()
+        with self.health.step(job.name):  # what escapes a run is logged and counted; the job goes on
+            after = {layer for layer in _COLLECTED_AFTER.get(job.name, ()) if layer not in self.collected_at}
+            try:
+                await job.run()
+            finally:
+                job.ran = True
+            if job.name in _LAYER_OF_JOB and not after:  # its first collection on fresh inputs
+                self.collected_at.setdefault(_LAYER_OF_JOB[job.name], self.wall())
+            if job.name in ("service", "infra") and self.exposition.latest is None:
+                await self.evaluate_alerts()  # on fresh data, not up to an interval later (serving: after each publish)
+            if job.name == "cost":  # cost runs after service and infra: one sample of the page's charts
+                self.sample_history()
 
     async def run_once(self) -> None:
         for job in self.jobs:
@@ -201,6 +208,7 @@ class Monitor:
         # 1,000 targets): what lives for the process (modules, the app, then the targets' stores) is
         # frozen out of those walks. The data replaced on each scrape is acyclic: freed by refcount.
         gc.freeze()
+        self.health.watch(SCRAPES, self.spreader.interval)
         try:
             await asyncio.gather(self.spreader.run(), self._publish_loop(self.jobs[0]))
         finally:
@@ -212,18 +220,21 @@ class Monitor:
         loop = asyncio.get_running_loop()
         while True:
             started = loop.time()
-            self.service.refresh_targets()  # file_sd, on the loop: the spreader follows at once
-            all_seen = self.spreader is not None and self.spreader.all_seen()
-            try:
-                await loop.run_in_executor(self.cpu, self.publish)
-            except Exception:  # a bug in a renderer: keep scraping, keep the last good page, say so
-                log.exception("publishing the service view and /metrics failed")
-            else:
-                await self.evaluate_alerts()  # on the page just published: fresh data, rendered once
-            if all_seen and not job.ran:
-                job.ran = True  # ready once every target was tried and published
-                gc.freeze()  # the targets' stores, parsers and pools, built in the first round
+            with self.health.step(job.name):  # a bug in file_sd handling: the old targets stay, say so
+                self.service.refresh_targets()  # file_sd, on the loop: the spreader follows at once
+            with self.health.step(job.name):  # a bug in a renderer: keep scraping, keep the last good page
+                await self._publish_tick(job)
             await asyncio.sleep(max(0.0, period - (loop.time() - started)))
+
+    async def _publish_tick(self, job: Job) -> None:
+        all_seen = self.spreader is not None and self.spreader.all_seen()
+        before = self.wall()
+        await asyncio.get_running_loop().run_in_executor(self.cpu, self.publish)
+        if all_seen and not job.ran:
+            job.ran = True  # ready once every target was tried and published
+            self.collected_at.setdefault("service", before)  # rules on its series may run from this page on
+            gc.freeze()  # the targets' stores, parsers and pools, built in the first round
+        await self.evaluate_alerts()  # on the page just published: fresh data, rendered once
 
     def publish(self) -> None:
         """Assemble the service view and render /metrics (in the worker thread)."""
@@ -259,6 +270,7 @@ class Monitor:
                        "last_reload_successful": self.reloads.successful, "last_reload": self.reloads.at,
                        "last_reload_error": self.reloads.error},
             "collectors": [entry.as_dict() for entry in self.health.entries.values()],
+            "jobs": [job.as_dict(self.wall()) for job in list(self.health.jobs.values())],
             "recent_events": self.store.recent_events(20),
             "alerting": self.alerting.status() if self.alerting else {"enabled": False},
             "overview": overview(self),  # the numbers of the page at / and of `infermon status`
@@ -277,6 +289,10 @@ class Monitor:
         except ConfigError as exc:
             self.reloads.failed(self.wall(), str(exc))
             log.error("configuration reload failed, keeping the running configuration: %s", exc)
+            return False
+        except Exception as exc:  # a case the loader does not name yet: still a failed reload, said plainly
+            self.reloads.failed(self.wall(), f"{self.config_path}: cannot be loaded ({type(exc).__name__})")
+            log.exception("configuration reload failed, keeping the running configuration")
             return False
         self.service.reconfigure(fresh.service.targets, fresh.service.file_sd)
         later = [name for name in type(fresh).model_fields if name != "service"
@@ -309,6 +325,24 @@ class Monitor:
             samples = await loop.run_in_executor(self.cpu, exposition_samples, latest.body, self.alerting.metrics)
             self.alerting.run_samples(samples, latest.rendered_at, interval)
 
+    def collected(self, metric: str, at: float) -> bool:
+        """Does a page rendered at `at` hold what the collector behind this metric collected since
+        start? Until then a rule on it is held: evaluated on a fresh process's empty view, a restored
+        TargetDown would resolve, then fire again with a new startsAt once the target is scraped."""
+        definition = CATALOG.get(metric)
+        layer = definition.layer if definition else None
+        if layer == "canary":
+            return self._canary_collected()
+        if layer is not None and layer in _LAYER_OF_JOB.values():
+            return self.collected_at.get(layer, math.inf) <= at
+        return self.ready  # the monitor's own series, the alerting counters, recorded series: all jobs ran
+
+    def _canary_collected(self) -> bool:
+        """Every probe ended once, or the longest probe's interval and timeout have passed."""
+        probes = self.canary.probes.values()
+        waited = max((p.probe.interval.seconds + p.probe.timeout.seconds for p in probes), default=0.0)
+        return all(p.last_at is not None for p in probes) or self.wall() - self.started >= waited
+
     async def prune(self) -> None:
         self.store.prune(self.wall() - self.settings.storage.retention.seconds)
         await self.delivery.prune(self.wall() - self.settings.storage.retention.seconds)
@@ -320,6 +354,12 @@ class Monitor:
         await self.client.aclose()
         await self.service.aclose()
         self.cpu.shutdown(wait=False, cancel_futures=True)
+
+
+# The layer each job collects; cost derives from service and infra, so its first collection
+# counts once theirs are in.
+_LAYER_OF_JOB = {"service": "service", "infra": "infra", "quality_refresh": "quality", "cost": "cost"}
+_COLLECTED_AFTER = {"cost": ("service", "infra")}
 
 
 def _load_rules(settings: Settings) -> RuleSet | None:

@@ -30,6 +30,9 @@ from monitor.store.alerting_state import StoredAlert, load_alert_states, save_al
 log = logging.getLogger("monitor.alerting")
 
 Transitions = Callable[[], list[dict[str, Any]]]
+Collected = Callable[[str, float], bool]
+"""(metric name, when the page was rendered) -> does the page hold what the collector behind the
+metric collected since this process started"""
 Explain = Callable[[Mapping[str, str]], dict[str, str]]
 """labels -> the annotations an alert gains when it fires (`context`, `probable_cause`)"""
 EXPLAINED = ("context", "probable_cause")
@@ -97,6 +100,10 @@ class EmbeddedEvaluator:
         # Set by the monitor: the other layers' evidence, taken once, when an alert fires.
         self.explain: Explain | None = None
         self.explained: dict[tuple[str, str], dict[str, str]] = {}
+        # Set by the monitor. A rule on series this process has not collected yet is held: not
+        # evaluated, its restored alerts kept as they were (no false "resolved" after a restart).
+        self.collected: Collected = lambda metric, at: True
+        self.held: list[str] = []  # rules held at the last evaluation
         self._restore()
 
     # ---- one evaluation -----------------------------------------------------------------
@@ -112,7 +119,7 @@ class EmbeddedEvaluator:
 
     def run_samples(self, samples: dict[str, list[Sample]], now: float, interval: float) -> list[Alert]:
         """As `run`, on samples already read (from the pre-rendered exposition)."""
-        if self.last_ts is not None and now <= self.last_ts:
+        if self.last_ts is not None and now <= self.last_ts and not self.held:
             return []  # this instant is evaluated already
         return self.evaluate(samples, now, slack=min(0.5, 0.05 * interval))
 
@@ -121,7 +128,13 @@ class EmbeddedEvaluator:
         alerts = [Alert(row.labels, row.annotations, _utc(row.fired_at or row.active_at), _utc(ts))
                   for row in self._orphans]
         self._orphans = []
+        self.held = []
         for state in self.states:
+            if state.last_evaluation is not None and ts <= state.last_evaluation:
+                continue  # evaluated at this instant already (a rule held back until then was not)
+            if not all(self.collected(metric, ts) for metric in state.rule.metrics):
+                self.held.append(state.rule.name)
+                continue
             previous_error = state.last_error
             for transition in state.evaluate(samples, ts, self.external_url, slack):
                 alerts.append(self._as_alert(transition, self._explained(state.rule.key, transition)))
@@ -247,6 +260,7 @@ class EmbeddedEvaluator:
             "last_evaluation": self.last_ts,
             "firing": sum(self.firing_by_severity().values()),
             "pending": sum(1 for s in self.states for a in s.active.values() if a.state == "pending"),
+            "waiting_for_first_collection": list(self.held),
             "left_to_prometheus": [left.as_dict() for left in self.ruleset.left_to_prometheus],
             "errors": [{"rule": s.rule.name, "error": s.last_error} for s in self.states if s.last_error],
         }

@@ -119,13 +119,48 @@ def metric_names(node: Node) -> set[str]:
     return metric_names(node.left) | metric_names(node.right)
 
 
+MAX_DEPTH = 100  # operators and parentheses nested in one expression (the shipped rules use 3)
+TOO_DEEP = f"expression nested too deep (at most {MAX_DEPTH} levels of operators and parentheses)"
+
+
+class TooDeep(ValueError):
+    """An expression no rule file needs: evaluating it would exhaust the stack."""
+
+
 def parse(text: str) -> Node:
-    """Parse an expression of the subset; `OutsideSubset` says why one is not."""
+    """Parse an expression of the subset; `OutsideSubset` says why one is not, `TooDeep` refuses
+    one nested past MAX_DEPTH (a 20,000-term `or` chain, 50,000 parentheses)."""
     parser = _Parser(_tokens(text))
-    node = parser.setop()
+    try:
+        node = parser.setop()
+    except RecursionError:
+        raise TooDeep(TOO_DEEP) from None
     if parser.peek() is not None:
         raise OutsideSubset(f"unexpected {parser.peek()!r} after a complete expression")
+    if depth(node) > MAX_DEPTH:
+        raise TooDeep(TOO_DEEP)
     return node
+
+
+def _chained(count: int) -> int:
+    """One more operator in a chain (each nests the chain one level deeper): refuse a 20,000-term
+    `or` at its 101st term instead of building it first."""
+    if count + 1 > MAX_DEPTH:
+        raise TooDeep(TOO_DEEP)
+    return count + 1
+
+
+def depth(node: Node) -> int:
+    """Levels of the tree, counted without recursion (the tree may be deeper than the stack)."""
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        current, level = stack.pop()
+        deepest = max(deepest, level)
+        if isinstance(current, Compare):
+            stack.append((current.operand, level + 1))
+        elif isinstance(current, SetOp):
+            stack += [(current.left, level + 1), (current.right, level + 1)]
+    return deepest
 
 
 def _tokens(text: str) -> list[tuple[str, str]]:
@@ -162,15 +197,15 @@ class _Parser:
         return token
 
     def setop(self) -> Node:
-        node = self.intersection()
+        node, chained = self.intersection(), 0
         while self.peek() == "or":
-            node = self.matching(self.take(), node, self.intersection)
+            node, chained = self.matching(self.take(), node, self.intersection), _chained(chained)
         return node
 
     def intersection(self) -> Node:
-        node = self.compare()
+        node, chained = self.compare(), 0
         while self.peek() in ("and", "unless"):
-            node = self.matching(self.take(), node, self.compare)
+            node, chained = self.matching(self.take(), node, self.compare), _chained(chained)
         return node
 
     def matching(self, op: str, left: Node, right: Callable[[], Node]) -> SetOp:

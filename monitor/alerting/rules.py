@@ -125,9 +125,13 @@ def load_rules(paths: Iterable[Path], shipped: bool | None = None) -> RuleSet:
 
 def _rules_of(path: Path) -> Iterable[tuple[str, Mapping[str, Any]]]:
     try:
-        document = yaml.safe_load(path.read_text())
+        document = yaml.safe_load(path.read_bytes().decode("utf-8"))
     except OSError as exc:
         raise RulesError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise RulesError(f"{path}: not valid UTF-8 at byte {exc.start}") from None
+    except RecursionError:
+        raise RulesError(f"{path}: not valid YAML: nested too deep") from None
     except yaml.YAMLError as exc:
         raise RulesError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(document, dict) or not isinstance(document.get("groups"), list):

@@ -22,7 +22,8 @@ from monitor.canary import CANARY_HEADER
 from monitor.canary.outcome import OUTCOMES, Observed, Outcome, ProbeResult, judge, ttft_gap
 from monitor.config import CanaryProbe, CanarySettings
 from monitor.health import HealthBook
-from monitor.service.collector import ServiceView, safe_url
+from monitor.redaction import safe_url
+from monitor.service.collector import ServiceView
 
 log = logging.getLogger("monitor.canary")
 COLLECTOR = "canary"

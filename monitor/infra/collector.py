@@ -23,7 +23,7 @@ from monitor.infra.nvml import NvmlBackend
 from monitor.infra.reading import GpuIdentity, GpuReading, GpuState, InfraView, NotPresent
 from monitor.infra.replay import ReplayNvml, load_trace
 from monitor.promtext import PageError, Parser
-from monitor.service.collector import safe_url
+from monitor.redaction import redact_urls, safe_url
 from monitor.service.scrape import ScrapeError, fetch_page
 
 MAX_DCGM_PAGE_BYTES = 20_000_000  # 64 GPUs with every field enabled stay far below this
@@ -121,7 +121,8 @@ class InfraCollector:
             "local": self.local.status() if self.local is not None else None,
             "dcgm_targets": [
                 {"name": t.target.name, "url": safe_url(t.target.url), "last_scrape": t.last_scrape,
-                 "up": t.error is None and t.last_scrape is not None, "error": t.error, "gpus": len(t.known)}
+                 "up": t.error is None and t.last_scrape is not None,
+                 "error": redact_urls(t.error) if t.error else None, "gpus": len(t.known)}
                 for t in self.dcgm
             ],
             "gpus": [

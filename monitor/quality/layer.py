@@ -24,6 +24,7 @@ from monitor.quality.sources import SampleSource
 from monitor.quality.sources.jsonl import JsonlSource
 from monitor.quality.sources.langfuse import LangfuseSource
 from monitor.quality.sources.requestlog import RequestLogSource
+from monitor.redaction import safe_url
 from monitor.store.quality import QualityStore
 
 log = logging.getLogger("monitor.quality")
@@ -106,6 +107,6 @@ class QualityLayer:
             "schedule": self.settings.schedule if self.settings.enabled else None,
             "timezone": self.settings.timezone,
             "sources": [c.type for c in self.settings.sources],
-            "judge": {"base_url": self.settings.judge.base_url, "model": self.settings.judge.model},
+            "judge": {"base_url": safe_url(self.settings.judge.base_url), "model": self.settings.judge.model},
             "latest": {m: {"date": r.date, "finished": r.finished} for m, r in self.view.latest.items()},
         }

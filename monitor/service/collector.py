@@ -30,6 +30,7 @@ import httpx
 from monitor.config import ServiceSettings, ServiceTarget, Target
 from monitor.health import HealthBook
 from monitor.promtext import PageError, Parser, check_text
+from monitor.redaction import redact_urls, safe_url
 from monitor.service.derive import (
     LENGTH_HISTOGRAMS,
     Objectives,
@@ -344,7 +345,7 @@ class ServiceCollector:
                 "last_scrape": state.last_scrape,
                 "last_success": entry.last_success,
                 "scrape_duration_seconds": entry.duration_seconds,
-                "error": state.error,
+                "error": redact_urls(state.error) if state.error else None,
                 "page_bytes": state.page_bytes,
                 "duplicate_series": state.duplicates,
                 "non_finite_samples": state.non_finite,
@@ -361,9 +362,3 @@ def _no_engine_reason(text: str, prefix: str) -> str:
     if behind:
         return f"{reason}; they appear behind the prefix {behind!r}: set metric_prefix: {behind} on this target"
     return reason
-
-
-def safe_url(url: str) -> str:
-    """The URL without user:password, for logs and the status API."""
-    parsed = httpx.URL(url)
-    return str(parsed.copy_with(username=None, password=None)) if parsed.userinfo else url

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from pydantic import ValidationError
 
 from monitor.config import ServiceTarget
 
+log = logging.getLogger("monitor.service.discovery")
 _FIELDS = ("model", "node", "metric_prefix", "pod", "namespace")
 
 
@@ -33,10 +35,34 @@ class DiscoveryError(ValueError):
     plain = True
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """YAML without anchors and aliases: a file_sd list has no use for them, and a few hundred
+    bytes of nested aliases expand to gigabytes (the "billion laughs")."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise DiscoveryError(f"line {event.start_mark.line + 1}: YAML anchors and aliases (&, *) are not "
+                                 "allowed in file_sd files")
+        return super().compose_node(parent, index)
+
+
+def decode_file(data: bytes, source: str) -> str:
+    """UTF-8 text, or a DiscoveryError naming the byte (a generator caught mid-write in a CJK name)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DiscoveryError(f"{source}: not valid UTF-8 at byte {exc.start}") from None
+
+
 def parse_target_groups(text: str, source: str) -> list[ServiceTarget]:
     """Targets of one file_sd file (JSON or YAML); DiscoveryError says what is wrong and where."""
     try:
-        groups = json.loads(text) if source.endswith(".json") else yaml.safe_load(text)
+        groups = json.loads(text) if source.endswith(".json") else yaml.load(text, Loader=_NoAliasLoader)
+    except DiscoveryError as exc:
+        raise DiscoveryError(f"{source}: {exc}") from None
+    except RecursionError:
+        raise DiscoveryError(f"{source}: nested too deep") from None
     except (ValueError, yaml.YAMLError) as exc:
         raise DiscoveryError(f"{source}: not valid {'JSON' if source.endswith('.json') else 'YAML'}: "
                              f"{str(exc).splitlines()[0]}") from None
@@ -70,7 +96,8 @@ def _group_targets(group: Any, where: str) -> list[ServiceTarget]:
             targets.append(ServiceTarget(name=name, url=f"{scheme}://{address}{path}", **extra))
         except ValidationError as exc:
             reason = exc.errors()[0]["msg"].removeprefix("Value error, ")
-            raise DiscoveryError(f"{where}: target {address!r}: {reason}") from None
+            shown = address.rpartition("@")[2]  # user:password@host: the host only
+            raise DiscoveryError(f"{where}: target {shown!r}: {reason}") from None
     return targets
 
 
@@ -104,10 +131,14 @@ class FileDiscovery:
             if self._seen.get(path) == (stat.st_mtime_ns, stat.st_size):
                 return False
             self._seen[path] = (stat.st_mtime_ns, stat.st_size)
-            targets = parse_target_groups(Path(path).read_text(), path)
+            targets = parse_target_groups(decode_file(Path(path).read_bytes(), path), path)
         except (OSError, DiscoveryError) as exc:
             reason = str(exc) if isinstance(exc, DiscoveryError) else f"{path}: cannot read: {exc.strerror}"
             self.errors[path] = f"{reason} (keeping its last good targets)"
+            return False
+        except Exception as exc:  # a case the parser does not know yet: this file waits, the others go on
+            log.exception("file_sd %s: reading it failed", path)
+            self.errors[path] = f"{path}: cannot be used ({type(exc).__name__}) (keeping its last good targets)"
             return False
         self.errors.pop(path, None)
         self._targets[path] = targets

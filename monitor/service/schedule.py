@@ -31,6 +31,7 @@ from monitor.catalog import family
 from monitor.service.collector import COLLECTOR, ServiceCollector, TargetState
 
 log = logging.getLogger("monitor.service.schedule")
+SCRAPES = "service_scrapes"  # the spread schedule's progress, as a job of its own (HealthBook.step)
 _MAX_SLEEP = 1.0  # wake at least this often to pick up new targets
 _LAG_OK = 0.25  # a lag below this share of the interval counts as keeping up
 
@@ -100,8 +101,13 @@ class Spreader:
     async def run(self) -> None:
         try:
             while True:
-                self.sync()
-                await self._launch_due()
+                failed = True
+                with self.collector.health.step(SCRAPES):  # a bug here ends one step, never the schedule
+                    self.sync()
+                    await self._launch_due()
+                    failed = False
+                if failed:  # never a busy loop on a step that fails at once
+                    await asyncio.sleep(min(_MAX_SLEEP, self.interval))
         finally:
             for task in list(self.running.values()):
                 task.cancel()

@@ -34,6 +34,9 @@ def scenario_page() -> str:
     async def run() -> str:
         client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
         monitor = Monitor(settings, client=client, wall=lambda: clock[0])
+        for job in monitor.jobs:  # as the app does for what it schedules: the jobs' progress is exported
+            if job.cron is None:
+                monitor.health.watch(job.name, job.interval_seconds)
         for _ in range(5):
             await monitor.run_once()
             clock[0] += 15.0

@@ -1,0 +1,118 @@
+"""Configuration that would make the monitor spin or crash: durations too short for any job, rule
+expressions nested past the stack, a main config file that is not UTF-8 (at start and on SIGHUP).
+Each is refused with the key (or rule) and the reason; none gives a traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from monitor.alerting.rules import RulesError, load_rules
+from monitor.config import ConfigError, Duration, Settings, duration_floor, load_settings
+from monitor.runtime import Monitor
+
+
+def duration_fields(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Every duration setting of the sections (dotted keys), found by walking the typed model."""
+    found = []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(field.default, Duration) or annotation in (Duration, Duration | None):
+            found.append(prefix + name)
+        elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            found += duration_fields(annotation, f"{prefix}{name}.")
+    return found
+
+
+def nested(key: str, value: Any) -> dict[str, Any]:
+    section, *rest = key.split(".")
+    inner: Any = value
+    for part in reversed(rest):
+        inner = {part: inner}
+    return {section: inner}
+
+
+KEYS = duration_fields(Settings)
+
+
+def test_the_walk_finds_the_intervals_and_timeouts() -> None:
+    assert {"service.scrape_interval", "service.scrape_timeout", "infra.interval", "infra.timeout",
+            "alerting.evaluation_interval", "quality.refresh_interval", "quality.judge.timeout"} <= set(KEYS)
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_every_duration_has_a_floor_named_in_the_error(key: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_settings(None, nested(key, "0.000001ms"))
+    floor = duration_floor(key.rsplit(".", 1)[-1])
+    assert str(raised.value) == f"{key}: 0.000001ms is too short: at least {floor.text}"
+
+
+def test_a_floor_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERMON_SERVICE__SCRAPE_INTERVAL", "0.000001ms")
+    with pytest.raises(ConfigError, match=r"^service.scrape_interval: 0.000001ms is too short: at least 20ms$"):
+        load_settings(None)
+    monkeypatch.setenv("INFERMON_SERVICE__SCRAPE_INTERVAL", "15s")
+    monkeypatch.setenv("INFERMON_INFRA__INTERVAL", "0.001ms")
+    with pytest.raises(ConfigError, match=r"^infra.interval: 0.001ms is too short"):
+        load_settings(None)
+
+
+def test_receiver_and_probe_durations_are_bounded_too() -> None:
+    receiver = {"name": "ops", "type": "webhook", "url": "http://127.0.0.1:1/hook", "group_wait": "0.0001ms"}
+    with pytest.raises(ConfigError, match=r"alerting.receivers.0.group_wait: 0.0001ms is too short"):
+        load_settings(None, {"alerting": {"receivers": [receiver]}})
+
+
+@pytest.mark.parametrize(("expr", "what"), [
+    ("(" * 50_000 + "inference_target_up" + ")" * 50_000 + " == 0", "50k parentheses"),
+    (" or ".join(["inference_target_up == 0"] * 20_000), "a 20k-term or chain"),
+])
+def test_expressions_nested_too_deep_name_the_rule(tmp_path: Path, expr: str, what: str) -> None:
+    rules = tmp_path / "deep.yml"
+    rules.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [{"alert": "Deep", "expr": expr}]}]}))
+    started = time.perf_counter()
+    with pytest.raises(RulesError) as raised:
+        load_rules([rules])
+    assert time.perf_counter() - started < 5, what
+    assert str(raised.value) == (f"{rules}: group 'g', rule 'Deep': expression nested too deep "
+                                 "(at most 100 levels of operators and parentheses)")
+
+
+def test_a_rule_file_that_is_not_utf8(tmp_path: Path) -> None:
+    rules = tmp_path / "bad.yml"
+    rules.write_bytes(b"groups:\n- name: g\n  rules: []\n# \xff\n")
+    with pytest.raises(RulesError, match=r"bad.yml: not valid UTF-8 at byte 32$"):
+        load_rules([rules])
+
+
+def test_a_main_config_that_is_not_utf8(tmp_path: Path) -> None:
+    config = tmp_path / "infermon.yaml"
+    config.write_bytes("service:\n  targets: [{name: 模型, url: 'http://h:1/metrics'}]\n".encode()[:30])
+    with pytest.raises(ConfigError) as raised:
+        load_settings(config)
+    assert str(raised.value) == f"{config}: not valid UTF-8 at byte 28"
+
+
+def test_sighup_with_a_config_that_is_not_utf8_says_so(tmp_path: Path) -> None:
+    config = tmp_path / "infermon.yaml"
+    config.write_text("infra: {nvml: {enabled: 'false'}}\nalerting: {enabled: false}\n")
+
+    async def go() -> tuple[bool, Any]:
+        monitor = Monitor(load_settings(config), config_path=config)
+        try:
+            config.write_bytes(b"infra: {nvml: {enabled: 'false'}}\n# \xe6\xa8\n")
+            return monitor.reload(), monitor.status()["config"]
+        finally:
+            await monitor.aclose()
+
+    reloaded, status = asyncio.run(go())
+    assert reloaded is False
+    assert status["last_reload_successful"] is False
+    assert status["last_reload_error"] == f"{config}: not valid UTF-8 at byte 36"
