@@ -7,8 +7,9 @@ a fixed delay (10 ms to the first token, 2 ms a token after, no jitter); the ben
 here, pinned to the first core, at Poisson rates rising level by level (the same code path as
 `infermon bench run --rate`). Per level it prints the offered and achieved rate, the client's
 CPU time per measured request (and the rate one core could carry at that cost), and the
-client's TTFT P50/P99 against the engine's own (its histogram, over the same window): the difference is what the client and the loopback path add. Where the
-achieved rate falls behind the offered one, or the added TTFT grows, the client is saturated.
+client's TTFT P50/P99 against the engine's own (its histogram, over the same window): the
+difference is what the client and the loopback path add. Where the achieved rate falls behind
+the offered one, or the added TTFT grows, the client (or the machine) is saturated.
 """
 
 from __future__ import annotations
