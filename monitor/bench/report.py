@@ -13,7 +13,7 @@ from html import escape
 from typing import Any
 
 from monitor.bench.result import figure
-from monitor.bench.summary import LATENCY_COLUMNS, THROUGHPUT_COLUMNS, header_lines, spread_text
+from monitor.bench.summary import LATENCY_COLUMNS, THROUGHPUT_COLUMNS, header_lines, shortfalls, spread_text
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1150px;color:#1d2430;padding:0 1em}
@@ -39,7 +39,8 @@ def render_report(result: dict[str, Any]) -> str:
     body.append("".join(f'<p class="muted">{escape(line)}</p>' for line in header_lines(result)
                         if not line.startswith("SYNTHETIC")))
     body.append("<h2>Conditions</h2>" + _conditions(result))
-    body.append("<h2>Results (mean ± stdev over repeats)</h2>" + _results(result))
+    body.append("<h2>Results (mean ± stdev over repeats)</h2>" + _results(result)
+                + "".join(f'<p class="warn">{escape(line)}</p>' for line in shortfalls(result)))
     body.append('<h2>Plots</h2><div class="charts">' + "".join(_charts(result)) + "</div>")
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
             f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>")

@@ -75,6 +75,19 @@ def header_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def shortfalls(result: dict[str, Any], share: float = 0.8) -> list[str]:
+    """Levels at which the engine counted fewer requests running than the client kept in flight:
+    the client, or something between it and the engine, was the bottleneck, not the engine."""
+    out = []
+    for level in result["levels"]:
+        running = figure(level, "engine", "requests_running", "mean")
+        asked = level["level"]["value"]
+        if level["level"]["kind"] == "concurrency" and running and running["mean"] < share * asked:
+            out.append(f"{level['level']['label']}: the engine saw {running['mean']:.1f} requests running on average, "
+                       f"not {asked:g}: the client or the path to the engine limited the load")
+    return out
+
+
 def print_summary(console: Console, result: dict[str, Any]) -> None:
     for line in header_lines(result):
         console.print(line, style="bold red" if line.startswith("SYNTHETIC") else None, highlight=False)
@@ -87,13 +100,16 @@ def print_summary(console: Console, result: dict[str, Any]) -> None:
             cells = [spread_text(figure(level, *path), unit) for _, path, unit in columns]
             table.add_row(level["level"]["label"], *cells)
         console.print(table)
+    for line in shortfalls(result):
+        console.print(line, style="yellow", highlight=False)
 
 
 def print_compare(console: Console, changes: Sequence[Change], names: tuple[str, str]) -> None:
     table = Table(title=f"{names[0]} -> {names[1]}", title_justify="left")
     for column in ("level", "figure", "A", "B", "change", "noise", ""):  # times in ms
         table.add_column(column, justify="left" if column in ("level", "figure", "") else "right")
-    units = {name: "s" if path[0].endswith("_s") else ("%" if "ratio" in path[-1] else "") for name, path, _ in FIGURES}
+    units = {name: "s" if path[0] in ("ttft_s", "tpot_s", "e2e_s") else ("%" if "ratio" in path[-1] else "")
+             for name, path, _ in FIGURES}
     for ch in changes:
         mark = ("REGRESSION" if ch.worse else "better") if ch.beyond else ""
         style = "bold red" if ch.regression else ("green" if ch.beyond else None)

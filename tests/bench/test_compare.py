@@ -108,3 +108,14 @@ def test_a_file_that_is_not_a_result_fails_clearly(tmp_path: Path) -> None:
     write_result(newer, tmp_path / "new.json")
     out = _invoke(str(tmp_path / "new.json"), str(tmp_path / "new.json"))
     assert out.exit_code == 2 and "schema_version 99" in out.output
+
+
+def test_a_level_the_engine_saw_less_of_is_called_out() -> None:
+    from monitor.bench.summary import shortfalls
+
+    result = _result(1000, 5)
+    result["levels"][0]["summary"]["engine"] = {"requests_running": {"mean": {"mean": 4.5, "n": 2}}}
+    assert shortfalls(result) == ["c=8: the engine saw 4.5 requests running on average, not 8: the client or the "
+                                  "path to the engine limited the load"]
+    result["levels"][0]["summary"]["engine"]["requests_running"]["mean"]["mean"] = 7.5
+    assert shortfalls(result) == []
