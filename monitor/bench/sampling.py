@@ -282,8 +282,9 @@ def engine_figures(start: Snapshot | None, end: Snapshot | None, objectives: Obj
     store.append(end)
     seconds = end.ts - start.ts
     # A little wider than the scrapes' distance: the left-open range must hold the first scrape even
-    # after both ends are rounded to milliseconds; rate() extrapolates over the margin, so
-    # rate x seconds is still the increase between the two scrapes.
+    # after both ends are rounded to milliseconds. rate() extrapolates over the margin, so rate x
+    # seconds is the increase between the scrapes, short by at most 2 ms / window for a series
+    # that starts at 0 (Prometheus does not extrapolate a counter below zero).
     per_model = window_rates(store, end.ts, Window("bench", seconds + 0.002))
     rates = per_model.get(model) or (next(iter(per_model.values())) if len(per_model) == 1 else None)
     if rates is None:
