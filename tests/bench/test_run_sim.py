@@ -112,7 +112,9 @@ def test_concurrency_is_what_was_asked_as_the_server_counts_it(start_sim, prompt
     assert max(in_server) == 6
     assert one["engine"]["requests_running"]["max"] == 1
     assert six["engine"]["requests_running"]["max"] == 6
-    assert six["engine"]["requests_running"]["mean"] > 4.5  # closed loop: a slot is empty only between requests
+    # Closed loop: a slot is empty only between a request's end and the next one's arrival (longer
+    # on a busy machine: the summary calls out a level the engine saw less than 80 % of).
+    assert six["engine"]["requests_running"]["mean"] > 3
     # The engine's own counters over the same window: every measured request, every token.
     assert six["engine"]["requests"] == pytest.approx(six["requests"], rel=1e-3)
     assert six["engine"]["generation_tokens"] == pytest.approx(six["output_tokens"], rel=1e-3)
