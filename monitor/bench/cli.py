@@ -6,13 +6,14 @@ import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from monitor.config import Duration, Settings
+
+if TYPE_CHECKING:  # rich is imported by the commands, not by `infermon` starting
+    from rich.progress import TaskID
 
 bench_app = typer.Typer(help="Benchmark an OpenAI-compatible endpoint with its conditions recorded.",
                         no_args_is_help=True)
@@ -66,6 +67,8 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
             gpu_price_usd_per_hour=gpu_price,
         )
         result = _run(bench, settings, gpu, dcgm_url, gpu_replay)
+        from rich.console import Console
+
         from monitor.bench.result import write_result
         from monitor.bench.summary import print_summary
 
@@ -81,6 +84,8 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
         level: Annotated[str | None, typer.Option(help="For the table: the level to show, e.g. c=32")] = None,
     ) -> None:
         """A vs B, changes beyond noise marked, exit 1 on a regression; three or more: one table."""
+        from rich.console import Console
+
         from monitor.bench.compare import compare as compare_results
         from monitor.bench.compare import parse_threshold, table_rows
         from monitor.bench.conditions import differences
@@ -155,6 +160,9 @@ class _progress:  # a context manager used like a function
     """A rich bar per phase and level: the warm-up by requests, a measured window by time."""
 
     def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[done]} requests"),
                             TimeElapsedColumn(), console=Console(stderr=True), transient=False)
         self.tasks: dict[tuple[str, str], TaskID] = {}
