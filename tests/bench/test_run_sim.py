@@ -4,7 +4,8 @@ The simulator produces each request's first token `prefill_s x jitter` after arr
 model time, and reports exactly that to its observers: the delays it imposed. The client sees each
 token later by the loopback round trip and the two event loops' wake-up lateness, never earlier,
 so a client percentile lies between the imposed one and that plus TRANSPORT_S: 2-30 ms on an idle
-machine, up to ~90 ms in the tail on this 2-core one shared with other builds (load 10+).
+machine, up to 160 ms at P95 measured on this 2-core one shared with other builds (load 16). The
+imposed distribution is made wide enough (1.5 s) that this bound still tells P50 from P95.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from monitor.sim import LatencyProfile
 from monitor.sim.stats import IterationStats
 from tests.bench.conftest import H200_TRACE, MODEL, bench
 
-TRANSPORT_S = 0.1
+TRANSPORT_S = 0.25
 
 
 def _imposed_ttfts(server: Any) -> list[float]:
@@ -55,26 +56,25 @@ def _measured_only(server: Any) -> tuple[list[float], Any]:
 
 
 def test_reported_percentiles_are_the_imposed_distribution(start_sim, prompts: Path) -> None:
-    # TTFT uniform on [0.05, 0.75] s: P50 (0.4) and P95 (0.715) far further apart than the transport bound.
-    profile = LatencyProfile(prefill_s=0.4, prefill_per_token_s=0.0, per_token_s=0.005, output_tokens=(8, 8),
-                             jitter=0.875)
+    # TTFT uniform on [0.05, 1.55] s: P50 (0.8) and P95 (1.475) far further apart than the transport bound.
+    profile = LatencyProfile(prefill_s=0.8, prefill_per_token_s=0.0, per_token_s=0.005, output_tokens=(4, 4),
+                             jitter=0.9375)
     server = start_sim(profile)
     imposed, progress = _measured_only(server)
     # The warm-up pays for the connections and the SDK's first call, as it would in front of an engine.
-    result = bench(server.url, prompts, levels=[Level("concurrency", 8)], duration_s=2.0, warmup=8,
+    result = bench(server.url, prompts, levels=[Level("concurrency", 16)], duration_s=2.5, warmup=16,
                    progress=progress)
     ttft = result["levels"][0]["repeats"][0]["ttft_s"]
     assert len(imposed) == result["levels"][0]["repeats"][0]["requests"] >= 30
     # Never below the model's lower bound; above its upper one only by the simulator loop's own lateness.
-    assert min(imposed) >= 0.05 and max(imposed) <= 0.75 + TRANSPORT_S
+    assert min(imposed) >= 0.05 and max(imposed) <= 1.55 + TRANSPORT_S
     for p in (50, 95, 99):
         server_side = percentile(imposed, p)
         assert server_side is not None
-        # P99 of ~40 samples is the second largest: one request descheduled on the busy machine moves it.
-        late = TRANSPORT_S if p < 99 else 2 * TRANSPORT_S
-        assert server_side - 0.002 <= ttft[f"p{p}"] <= server_side + late, p
-    # TPOT is the imposed 5 ms x jitter per token (8 tokens, 7 gaps), never less.
-    assert 0.0025 * 0.99 <= result["levels"][0]["repeats"][0]["tpot_s"]["p50"] <= 0.0075 + TRANSPORT_S / 7
+        assert server_side - 0.002 <= ttft[f"p{p}"] <= server_side + TRANSPORT_S, p
+    # TPOT: at most the imposed 5 ms x jitter per token (4 tokens, 3 gaps) plus the lateness shared out;
+    # it can read less, when a late first token arrives together with the next ones.
+    assert result["levels"][0]["repeats"][0]["tpot_s"]["p50"] <= 0.01 + TRANSPORT_S / 3
 
 
 def test_slow_warm_up_requests_do_not_appear(start_sim, prompts: Path) -> None:
