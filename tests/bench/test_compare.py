@@ -20,8 +20,8 @@ from monitor.sim import LatencyProfile
 from tests.bench.conftest import bench
 
 # No jitter: the server's delays are the same for every request; what varies is the client's noise.
-# Delays long against the client's own noise on a busy machine (~0.1 s), short enough for seconds of load.
-STEADY = LatencyProfile(prefill_s=0.6, prefill_per_token_s=0.0, per_token_s=0.05, output_tokens=(8, 8), jitter=0.0)
+# Delays long against the client's own lateness on a busy machine (up to ~0.15 s), short enough for seconds of load.
+STEADY = LatencyProfile(prefill_s=1.2, prefill_per_token_s=0.0, per_token_s=0.1, output_tokens=(4, 4), jitter=0.0)
 
 
 def _run(start_sim: Any, prompts: Path, path: Path, time_scale: float = 1.0) -> Path:
