@@ -150,6 +150,10 @@ from monitor.quality.cli import register as _register_quality  # noqa: E402  (af
 
 _register_quality(app, _settings)
 
+from monitor.bench.cli import register as _register_bench  # noqa: E402  (after _settings)
+
+_register_bench(app, _settings)
+
 
 rules = typer.Typer(help="Prometheus rule files generated from the engine tables.", no_args_is_help=True)
 app.add_typer(rules, name="rules")

@@ -47,6 +47,7 @@ class Observed:
     content_chunks: int = 0
     text: str = ""
     usage_tokens: int | None = None
+    usage_prompt_tokens: int | None = None  # the stream's usage.prompt_tokens, when sent
     finish_reason: str | None = None
     failure: Failure | None = None
     detail: str = ""  # the failure's reason, already free of secrets

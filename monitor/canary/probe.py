@@ -43,46 +43,10 @@ class Prober:
         )
 
     async def run(self) -> Observed:
-        seen = _Recording()
-        started = self.clock()
-        try:
-            async with asyncio.timeout(self.probe.timeout.seconds):
-                await self._stream(seen, started)
-        except TimeoutError:
-            seen.fail("timeout", f"no complete answer within {self.probe.timeout}")
-        except openai.APIStatusError as exc:
-            seen.status = exc.status_code
-            seen.fail("status", f"HTTP {exc.status_code}: {_message(exc)}")
-        except openai.APITimeoutError:
-            seen.fail("timeout", f"the SDK timed out ({self.probe.timeout})")
-        except openai.APIConnectionError as exc:
-            seen.fail(*_transport_failure(exc))
-        except Exception as exc:
-            # SDKs before 2.x let a transport error in the middle of a stream through unwrapped.
-            if _is_transport(exc):
-                seen.fail(*_transport_failure(exc))
-            elif isinstance(exc, openai.OpenAIError | json.JSONDecodeError | ValueError):
-                seen.fail("invalid", f"{type(exc).__name__}: {exc}")
-            else:
-                raise  # a bug of ours: the canary's own health shows it
-        # An answer is shown (expect_mismatch) as well as a failure's reason: neither may carry the key.
-        seen.detail, seen.parts = self._scrub(seen.detail), [self._scrub("".join(seen.parts))]
-        return seen.observed()
-
-    async def _stream(self, seen: _Recording, started: float) -> None:
-        stream = await self._client.chat.completions.create(
-            model=self.probe.model,
-            messages=[{"role": "user", "content": probe_prompt(self.probe)}],
-            max_tokens=self.probe.max_tokens,
-            stream=True,
-            stream_options={"include_usage": True},
-            user=self.user,
-        )
-        seen.status = stream.response.status_code
-        async with stream:
-            async for chunk in stream:
-                seen.chunk(chunk, self.clock() - started)
-        seen.ended_s = self.clock() - started
+        request = {"model": self.probe.model, "messages": [{"role": "user", "content": probe_prompt(self.probe)}],
+                   "max_tokens": self.probe.max_tokens, "user": self.user}
+        return await observe_stream(self._client, request, self.probe.timeout.seconds, self.clock, self._scrub,
+                                    timeout_text=str(self.probe.timeout))
 
     def _scrub(self, text: str) -> str:
         return text.replace(self._key, "<secret>") if self._key else text
@@ -101,6 +65,51 @@ def probe_prompt(probe: CanaryProbe) -> str:
     return f"[{secrets.token_hex(4)}] {probe.prompt}" if probe.nonce else probe.prompt
 
 
+async def observe_stream(
+    client: openai.AsyncOpenAI, request: dict[str, Any], timeout_s: float, clock: Callable[[], float],
+    scrub: Callable[[str], str] = lambda text: text, timeout_text: str | None = None,
+) -> Observed:
+    """One streamed chat completion (`request`: the SDK's create() arguments), timed on `clock`
+    from just before the request is sent; every way it can fail becomes a `Failure`. The canary
+    and `infermon bench` both measure through this."""
+    seen = _Recording()
+    started = clock()
+    limit = timeout_text or f"{timeout_s:g}s"
+    try:
+        async with asyncio.timeout(timeout_s):
+            await _stream(client, request, seen, started, clock)
+    except TimeoutError:
+        seen.fail("timeout", f"no complete answer within {limit}")
+    except openai.APIStatusError as exc:
+        seen.status = exc.status_code
+        seen.fail("status", f"HTTP {exc.status_code}: {_message(exc)}")
+    except openai.APITimeoutError:
+        seen.fail("timeout", f"the SDK timed out ({limit})")
+    except openai.APIConnectionError as exc:
+        seen.fail(*_transport_failure(exc))
+    except Exception as exc:
+        # SDKs before 2.x let a transport error in the middle of a stream through unwrapped.
+        if _is_transport(exc):
+            seen.fail(*_transport_failure(exc))
+        elif isinstance(exc, openai.OpenAIError | json.JSONDecodeError | ValueError):
+            seen.fail("invalid", f"{type(exc).__name__}: {exc}")
+        else:
+            raise  # a bug of ours: the caller's own health shows it
+    # An answer is shown (expect_mismatch) as well as a failure's reason: neither may carry the key.
+    seen.detail, seen.parts = scrub(seen.detail), [scrub("".join(seen.parts))]
+    return seen.observed()
+
+
+async def _stream(client: openai.AsyncOpenAI, request: dict[str, Any], seen: _Recording, started: float,
+                  clock: Callable[[], float]) -> None:
+    stream = await client.chat.completions.create(**request, stream=True, stream_options={"include_usage": True})
+    seen.status = stream.response.status_code
+    async with stream:
+        async for chunk in stream:
+            seen.chunk(chunk, clock() - started)
+    seen.ended_s = clock() - started
+
+
 class _Recording:
     """The mutable side of `Observed`, filled while the stream runs."""
 
@@ -112,6 +121,7 @@ class _Recording:
         self.content_chunks = 0
         self.parts: list[str] = []
         self.usage_tokens: int | None = None
+        self.usage_prompt_tokens: int | None = None
         self.finish_reason: str | None = None
         self.failure: Failure | None = None
         self.detail = ""
@@ -119,6 +129,7 @@ class _Recording:
     def chunk(self, chunk: Any, at: float) -> None:
         if chunk.usage is not None and chunk.usage.completion_tokens is not None:
             self.usage_tokens = chunk.usage.completion_tokens
+            self.usage_prompt_tokens = chunk.usage.prompt_tokens
         for choice in chunk.choices:
             if choice.delta is not None and choice.delta.content:
                 if self.first_content_s is None:
@@ -141,6 +152,7 @@ class _Recording:
             content_chunks=self.content_chunks,
             text="".join(self.parts),
             usage_tokens=self.usage_tokens,
+            usage_prompt_tokens=self.usage_prompt_tokens,
             finish_reason=self.finish_reason,
             failure=self.failure,
             detail=self.detail,

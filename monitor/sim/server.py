@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+import monitor
 from monitor.sim.engine import SimulatedEngine
 from monitor.sim.metrics import CONTENT_TYPE, SimMetrics
 from monitor.sim.middleware import HttpMetricsMiddleware
@@ -76,6 +77,11 @@ def _add_routes(app: FastAPI, sim: SimulatedEngine, metrics: SimMetrics) -> None
                 "owned_by": "vllm", "root": sim.model_name, "parent": None,
                 "max_model_len": sim.config.max_model_len}  # fmt: skip
         return {"object": "list", "data": [card]}
+
+    @app.get("/version")
+    async def version() -> dict[str, str]:
+        # vLLM answers {"version": "0.11.0"}; ours says what it is, so a benchmark records it.
+        return {"version": f"infermon-sim {monitor.__version__}"}
 
     @app.get("/health")
     async def health() -> Response:

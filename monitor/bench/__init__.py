@@ -1,0 +1,15 @@
+"""`infermon bench`: a load test of an OpenAI-compatible endpoint that records its conditions.
+
+    data.py        prompt files (ShareGPT JSON, JSONL) -> prompts sampled to a scenario's lengths
+    scenario.py    chat | batch | mixed | a scenario file: target lengths, load levels, goodput
+    load.py        the load itself: warm-up, closed-loop concurrency or Poisson rate, per request
+    sampling.py    GPU (NVML / dcgm-exporter / replay) and engine pages during a measured window
+    conditions.py  the six variables and the rest of what a result is only valid under
+    stats.py       samples -> percentiles, throughput, goodput; repeats -> mean ± spread
+    result.py      the versioned JSON result
+    compare.py     two results -> differences beyond noise; several -> one table
+    summary.py     rich tables for a person
+    report.py      one self-contained HTML page, inline SVG
+"""
+
+SCHEMA_VERSION = 1

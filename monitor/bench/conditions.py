@@ -1,0 +1,120 @@
+"""The conditions a result holds under: the six variables, observed where they can be.
+
+    input / output lengths   the drawn requests' statistics, the data set's hash
+    concurrency              the levels asked for (what the server saw is in each level's engine block)
+    GPU                      model, count, driver, CUDA, memory: NVML, a dcgm-exporter page or a replay
+    serving framework        engine and generation from its page, GET /version, GET /v1/models,
+                             the configuration the page shows (vLLM's *_config_info gauges)
+    precision / options      what the user states: --precision, --note
+
+A variable nobody could observe is `None` ("not observed"), never guessed. `comparable()` names
+the variables two results differ in.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from typing import Any
+
+import httpx
+
+import monitor
+from monitor.promtext import Parser, labels_dict
+
+CONFIG_INFO = ("vllm:cache_config_info", "vllm:model_config_info", "vllm:parallel_config_info")
+
+
+async def server_conditions(http: httpx.AsyncClient, base: str, page_text: str | None,
+                            engine: str | None, generation: str | None) -> dict[str, Any]:
+    """What the server says about itself: version, models, and the configuration on its page."""
+    version = await _json(http, f"{base}/version")
+    models = await _json(http, f"{base}/v1/models")
+    cards = models.get("data") if isinstance(models, dict) else None
+    return {
+        "engine": engine,
+        "generation": generation,
+        "version": version.get("version") if isinstance(version, dict) else None,
+        "models": [c.get("id") for c in cards if isinstance(c, dict)] if isinstance(cards, list) else [],
+        "max_model_len": next((c.get("max_model_len") for c in cards or [] if isinstance(c, dict)), None),
+        "config": page_config(page_text) if page_text else {},
+    }
+
+
+async def _json(http: httpx.AsyncClient, url: str) -> Any:
+    try:
+        response = await http.get(url)
+        return response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def page_config(text: str) -> dict[str, dict[str, str]]:
+    """vLLM's info gauges -> their labels: `cache_config_info{block_size="16",…} 1.0`."""
+    page = Parser().parse(text, {name: name for name in CONFIG_INFO})
+    config = {}
+    for name in CONFIG_INFO:
+        series = page.series(name)
+        if series:
+            labels = labels_dict(next(iter(series)))
+            labels.pop("engine", None)
+            config[name.split(":", 1)[1]] = labels
+    return config
+
+
+def tool_conditions() -> dict[str, Any]:
+    return {"name": "infermon bench", "version": monitor.__version__, "python": sys.version.split()[0],
+            "host": platform.node()}
+
+
+# The six variables: where each lives in `conditions`, and how a person reads it.
+SIX_VARIABLES: dict[str, tuple[str, ...]] = {
+    "input-length distribution": ("workload", "lengths", "input_tokens"),
+    "output-length distribution": ("workload", "lengths", "output_tokens"),
+    "concurrency": ("workload", "levels"),
+    "GPU": ("gpu", "model"),
+    "GPU count": ("gpu", "count"),
+    "CUDA / driver": ("gpu", "driver"),
+    "serving framework": ("server", "engine"),
+    "framework version": ("server", "version"),
+    "framework configuration": ("server", "config"),
+    "precision": ("user", "precision"),
+    "optimizations": ("user", "note"),
+}
+
+
+def _at(conditions: dict[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = conditions
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The variables A and B differ in ("GPU: NVIDIA H200 vs NVIDIA H100"); lengths by their means
+    within 10 %, since two draws of one distribution differ a little."""
+    out = []
+    for name, path in SIX_VARIABLES.items():
+        left, right = _at(a, path), _at(b, path)
+        if "lengths" in path:
+            if not _close_means(left, right):
+                out.append(f"{name}: mean {_mean(left)} vs {_mean(right)} tokens")
+        elif left != right:
+            out.append(f"{name}: {_short(left)} vs {_short(right)}")
+    return out
+
+
+def _mean(stats: Any) -> Any:
+    return round(stats["mean"], 1) if isinstance(stats, dict) and stats.get("mean") is not None else None
+
+
+def _close_means(a: Any, b: Any) -> bool:
+    ma, mb = _mean(a), _mean(b)
+    if ma is None or mb is None:
+        return ma is None and mb is None
+    return bool(abs(ma - mb) <= 0.1 * max(abs(ma), abs(mb), 1e-9))
+
+
+def _short(value: Any) -> str:
+    text = "not observed" if value is None else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
