@@ -22,7 +22,14 @@ from monitor.service.promql import fraction_at_or_below, histogram_quantiles
 from monitor.service.series import SeriesStore
 
 QUANTILES = (0.5, 0.95, 0.99)
-RATE_METRICS = ("requests", "errors", "prompt_tokens", "generation_tokens", "preemptions")
+RATE_METRICS = ("requests", "errors", "prompt_tokens", "generation_tokens", "preemptions", "aborts")
+# Ratios of two counters' rates: ours -> (numerator, denominator); no sample while the
+# denominator's rate is 0 (nothing looked up, nothing generated).
+RATIOS = {
+    "prefix_cache_hit_ratio": ("prefix_cache_hits", "prefix_cache_queries"),
+    "prompt_seconds_per_token": ("prompt_seconds", "prompt_tokens_computed"),
+    "generation_seconds_per_token": ("generation_seconds", "generation_tokens"),
+}
 HISTOGRAMS = ("ttft", "tpot", "e2e", "queue")
 # Request-length histograms (prompt / generated tokens per request): no quantiles of their own;
 # their window and baseline buckets go to the cost layer (expensive requests).
@@ -62,7 +69,11 @@ class WindowStats:
     prompt_tokens_per_second: float | None = None
     generation_tokens_per_second: float | None = None
     preemptions_per_second: float | None = None
+    aborted_requests_per_second: float | None = None
     throughput_baseline_ratio: float | None = None
+    prefix_cache_hit_ratio: float | None = None  # prompt tokens found in the prefix cache / looked up
+    prompt_seconds_per_token: float | None = None  # mean busy time per computed prompt token (llama.cpp)
+    generation_seconds_per_token: float | None = None  # mean busy time per generated token (llama.cpp)
     quantiles: dict[str, dict[float, float]] = field(default_factory=dict)
     slo_attainment: dict[str, float] = field(default_factory=dict)
     lengths: dict[str, LeRates] = field(default_factory=dict)  # request-length bucket rates over the window
@@ -119,8 +130,13 @@ def stats_from_rates(rates: Rates, objectives: Objectives) -> WindowStats:
         prompt_tokens_per_second=counters.get("prompt_tokens"),
         generation_tokens_per_second=counters.get("generation_tokens"),
         preemptions_per_second=counters.get("preemptions"),
+        aborted_requests_per_second=counters.get("aborts"),
     )
     stats.error_ratio = _error_ratio(rates)
+    for ours, (numerator, denominator) in RATIOS.items():
+        above, below = counters.get(numerator), counters.get(denominator)
+        if above is not None and below:
+            setattr(stats, ours, above / below)
     generation = counters.get("generation_tokens")
     if generation is not None and rates.baseline_generation:
         stats.throughput_baseline_ratio = generation / rates.baseline_generation

@@ -17,7 +17,11 @@ _WINDOW_GAUGES = {
     "inference_prompt_tokens_per_second": "prompt_tokens_per_second",
     "inference_generation_tokens_per_second": "generation_tokens_per_second",
     "inference_preemptions_per_second": "preemptions_per_second",
+    "inference_aborted_requests_per_second": "aborted_requests_per_second",
     "inference_throughput_baseline_ratio": "throughput_baseline_ratio",
+    "inference_prefix_cache_hit_ratio": "prefix_cache_hit_ratio",
+    "inference_prompt_seconds_per_token": "prompt_seconds_per_token",
+    "inference_generation_seconds_per_token": "generation_seconds_per_token",
 }
 _SUMMARIES = {
     "inference_ttft_seconds": "ttft",

@@ -35,7 +35,11 @@ _ATTRIBUTES = {
     "inference_prompt_tokens_per_second": "prompt_tokens_per_second",
     "inference_generation_tokens_per_second": "generation_tokens_per_second",
     "inference_preemptions_per_second": "preemptions_per_second",
+    "inference_aborted_requests_per_second": "aborted_requests_per_second",
     "inference_throughput_baseline_ratio": "throughput_baseline_ratio",
+    "inference_prefix_cache_hit_ratio": "prefix_cache_hit_ratio",
+    "inference_prompt_seconds_per_token": "prompt_seconds_per_token",
+    "inference_generation_seconds_per_token": "generation_seconds_per_token",
 }
 _SUMMARIES = {"inference_ttft_seconds": "ttft", "inference_tpot_seconds": "tpot",
               "inference_e2e_latency_seconds": "e2e", "inference_queue_time_seconds": "queue"}
@@ -120,4 +124,4 @@ def test_shipped_rules_evaluate_in_prometheus() -> None:
     assert gauges
     unhealthy = [(r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r["health"] != "ok"]
     assert not unhealthy, unhealthy
-    assert sum(len(g["rules"]) for g in groups) == 104
+    assert sum(len(g["rules"]) for g in groups) == 130

@@ -67,9 +67,18 @@ def vllm_elapsed() -> float:
 SGLANG_ELAPSED = 65.1  # no clock on SGLang's page: 1302 requests at the fed 20/s
 
 
+def text_of(name_or_text: str) -> str:
+    """A fixture page by name, or a page's text as is."""
+    return page(name_or_text) if name_or_text.endswith(".prom") else name_or_text
+
+
 def scrape_pair(first: str, second: str, elapsed: float, target: dict[str, str]) -> dict[str, float]:
     """The monitor's /metrics after scraping `first` at T0 and `second` `elapsed` seconds later."""
-    texts = iter([page(first), page(second)])
+    return scrape_texts(page(first), page(second), elapsed, target)
+
+
+def scrape_texts(first: str, second: str, elapsed: float, target: dict[str, str]) -> dict[str, float]:
+    texts = iter([first, second])
     clock = [T0]
     settings = load_settings(None, {"infra": {"nvml": {"enabled": "false"}}, "alerting": {"enabled": False},
                                     "service": {"windows": [WINDOW], "scrape_interval": "60s",
@@ -101,11 +110,13 @@ def reference_rate(name: str, first: str, second: str, elapsed: float, keep: Kee
     """sum(rate(name[WINDOW])) at T0 + elapsed, per series first, as Prometheus evaluates it."""
     window = WINDOW_SECONDS
     end = T0 + elapsed
-    before = {tuple(sorted(lab.items())): v for lab, v in samples_of(page(first))[name] if keep(lab)}
-    after = {tuple(sorted(lab.items())): v for lab, v in samples_of(page(second))[name] if keep(lab)}
+    before = {tuple(sorted(lab.items())): v for lab, v in samples_of(text_of(first))[name] if keep(lab)}
+    after = {tuple(sorted(lab.items())): v for lab, v in samples_of(text_of(second))[name] if keep(lab)}
     total = 0.0
     for series, value in after.items():
-        rate = extrapolated_rate([(T0, before.get(series, 0.0)), (end, value)], end - window, end)
+        if series not in before:
+            continue  # one sample in the window: rate() has none (a series the load created later)
+        rate = extrapolated_rate([(T0, before[series]), (end, value)], end - window, end)
         assert rate is not None
         total += rate
     return total
@@ -174,12 +185,28 @@ def test_vllm_error_ratio_is_the_worse_of_engine_and_http(vllm: dict[str, float]
     args = ("vllm-0.33.0_t0.prom", "vllm-0.33.0_t60.prom", vllm_elapsed())
     engine = reference_rate("vllm:request_success_total", *args, keep=lambda lab: lab["finished_reason"] == "error")
     requests = reference_rate("vllm:request_success_total", *args)
+    # The stub's HTTP series were created after t0: no HTTP rate over t0 -> t60, the engine's ratio.
+    assert reference_rate("http_requests_total", *args) == 0.0
+    assert vllm[svc("inference_request_error_ratio")] == pytest.approx(engine / requests, rel=1e-6)
+    assert close(engine / requests, 0.1, 0.03)  # fed: 1 in 10 finished with reason error
+    # The minute after (the same load continued), the HTTP layer's ratio (1 in 10 answered 500) too.
+    later = continued("vllm-0.33.0_t0.prom", "vllm-0.33.0_t60.prom")
+    exported = scrape_texts(page("vllm-0.33.0_t60.prom"), later, vllm_elapsed(), VLLM_TARGET)
+    args = ("vllm-0.33.0_t60.prom", later, vllm_elapsed())
     http_5xx = reference_rate("http_requests_total", *args, keep=lambda lab: lab["status"] == "5xx")
     http_all = reference_rate("http_requests_total", *args)
+    engine = reference_rate("vllm:request_success_total", *args, keep=lambda lab: lab["finished_reason"] == "error")
+    requests = reference_rate("vllm:request_success_total", *args)
+    assert close(http_5xx / http_all, 0.1, 0.06)
     expected = max(engine / requests, http_5xx / http_all)
-    assert vllm[svc("inference_request_error_ratio")] == pytest.approx(expected, rel=1e-6)
-    # Fed: 1 in 10 finished with reason error, 1 in 10 HTTP requests answered 500.
-    assert close(engine / requests, 0.1, 0.03) and close(http_5xx / http_all, 0.1, 0.05)
+    assert exported[svc("inference_request_error_ratio")] == pytest.approx(expected, rel=1e-6)
+
+
+def test_vllm_aborts_are_the_finished_reason_abort(vllm: dict[str, float]) -> None:
+    args = ("vllm-0.33.0_t0.prom", "vllm-0.33.0_t60.prom", vllm_elapsed())
+    exact = reference_rate("vllm:request_success_total", *args, keep=lambda lab: lab["finished_reason"] == "abort")
+    assert vllm[svc("inference_aborted_requests_per_second")] == pytest.approx(exact, rel=1e-6)
+    assert close(exact, 2.0, 0.03)  # 1 in 10 of the 20 requests/s
 
 
 def test_vllm_gauges_are_the_fed_values(vllm: dict[str, float]) -> None:
@@ -289,6 +316,72 @@ def test_sglang_rates_equal_promql_and_the_fed_load(sglang: dict[str, float], ou
     assert close(sglang[sg(ours)], fed, 0.03), (ours, sglang[sg(ours)], fed)
 
 
+def continued(first: str, second: str) -> str:
+    """`second` a further `elapsed` later under the same constant load: every counter-like sample
+    grows again by what it grew from `first` (from 0 for a series `first` did not have yet)."""
+    before = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in page(first).splitlines()
+              if line and not line.startswith("#")}
+    lines = []
+    for line in page(second).splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            name = series.split("{", 1)[0]
+            if name.endswith(("_total", "_bucket", "_count", "_sum")):
+                line = f"{series} {2 * float(value) - before.get(series, 0.0)!r}"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def test_sglang_error_ratio_is_its_http_5xx_share() -> None:
+    """SGLang counts no engine errors: its API's 500s (sglang:http_responses_total) are the errors.
+
+    Its /v1 response series appear only after t0 (the first request created them): a rate needs
+    two samples, so the pair t0 -> t60 has none, in Prometheus as here. t60 -> the minute after
+    (the same load continued) has."""
+    later = continued("sglang-0.5.23_t0.prom", "sglang-0.5.23_t60.prom")
+    exported = scrape_texts(page("sglang-0.5.23_t60.prom"), later, SGLANG_ELAPSED, SGLANG_TARGET)
+    assert sg("inference_request_error_ratio") not in scrape_pair(
+        "sglang-0.5.23_t0.prom", "sglang-0.5.23_t60.prom", SGLANG_ELAPSED, SGLANG_TARGET)
+    sglang = exported
+    args = ("sglang-0.5.23_t60.prom", later, SGLANG_ELAPSED)
+
+    def api(lab: dict[str, str]) -> bool:
+        return lab["endpoint"].startswith("/v1/")
+
+    def api_500(lab: dict[str, str]) -> bool:
+        return api(lab) and lab["status_code"] == "500"
+
+    errors = reference_rate("sglang:http_responses_total", *args, keep=api_500)
+    every = reference_rate("sglang:http_responses_total", *args, keep=api)
+    assert sglang[sg("inference_request_error_ratio")] == pytest.approx(errors / every, rel=1e-6)
+    assert close(errors / every, 0.106, 0.01)  # the fixture's ~1 in 10 answered 500
+
+
+def test_sglang_aborts_and_prefix_cache(sglang: dict[str, float]) -> None:
+    args = ("sglang-0.5.23_t0.prom", "sglang-0.5.23_t60.prom", SGLANG_ELAPSED)
+    aborts = reference_rate("sglang:num_aborted_requests_total", *args)
+    assert sglang[sg("inference_aborted_requests_per_second")] == pytest.approx(aborts, rel=1e-6)
+    assert close(aborts, 2.0, 0.03)  # finish reasons 8 x stop, length, abort
+    hits = reference_rate("sglang:cached_tokens_total", *args)
+    lookups = reference_rate("sglang:prompt_tokens_total", *args)
+    assert sglang[sg("inference_prefix_cache_hit_ratio")] == pytest.approx(hits / lookups, rel=1e-6)
+    assert close(hits / lookups, 0.4, 0.01)  # the page's own sglang:cache_hit_rate gauge says 0.4
+
+
+def test_sglang_tpot_is_the_per_request_histogram(sglang: dict[str, float]) -> None:
+    exact = reference_quantile(0.5, "sglang:request_time_per_output_token_seconds", "sglang-0.5.23_t0.prom",
+                               "sglang-0.5.23_t60.prom")
+    assert sglang[sg("inference_tpot_seconds", quantile="0.5")] == pytest.approx(exact, rel=1e-6)
+
+
+def test_vllm_prefix_cache_hit_ratio(vllm: dict[str, float]) -> None:
+    args = ("vllm-0.33.0_t0.prom", "vllm-0.33.0_t60.prom", vllm_elapsed())
+    hits = reference_rate("vllm:prefix_cache_hits_total", *args)
+    lookups = reference_rate("vllm:prefix_cache_queries_total", *args)
+    assert vllm[svc("inference_prefix_cache_hit_ratio")] == pytest.approx(hits / lookups, rel=1e-6)
+    assert close(hits / lookups, 0.4, 0.01)  # 200 of 500 prompt tokens per tick hit
+
+
 def test_sglang_gauges_are_the_fed_values(sglang: dict[str, float]) -> None:
     at = {"target": "sglang", "model": SGLANG_MODEL}
     assert sglang[_key("inference_requests_running", at)] == 12 + 8
@@ -315,3 +408,82 @@ def test_sglang_quantiles_equal_promql_and_fall_in_the_fed_bucket(sglang: dict[s
     # The ranks split the fed values over streaming / non-streaming series unevenly: only the range.
     bounds = bucket_bounds(page("sglang-0.5.23_t60.prom"), base)
     assert bracket(min(fed), bounds)[0] <= got <= bracket(max(fed), bounds)[1]
+
+
+# --- llama.cpp llama-server ------------------------------------------------------------------
+
+LLAMA_TARGET = {"name": "edge", "url": "http://edge/metrics", "model": "tiny-llama"}
+LLAMA_PAGE = "llama.cpp-server_metrics.prom"
+
+
+def llama_later(elapsed: float) -> str:
+    """The page `elapsed` s later: every counter grown by a tenth, the *_tokens_seconds gauges
+    (throughput since the previous read) set to nonsense: no number may move with them."""
+    grown = []
+    for line in page(LLAMA_PAGE).splitlines():
+        if line.startswith("llamacpp:"):
+            name, value = line.split(" ")
+            if name.endswith("_tokens_seconds"):
+                line = f"{name} 1e9"
+            elif name.endswith("_total"):
+                line = f"{name} {float(value) * 1.1!r}"
+        grown.append(line)
+    return "\n".join(grown) + "\n"
+
+
+def test_llamacpp_numbers_come_from_its_counters_and_the_target_model() -> None:
+    texts = iter([page(LLAMA_PAGE), llama_later(60.0)])
+    settings = load_settings(None, {"infra": {"nvml": {"enabled": "false"}}, "alerting": {"enabled": False},
+                                    "service": {"windows": [WINDOW], "scrape_interval": "60s",
+                                                "targets": [LLAMA_TARGET]}})
+    clock = [T0]
+
+    async def run() -> tuple[str, list[dict[str, object]]]:
+        client = httpx.AsyncClient(transport=httpx.MockTransport(lambda _: httpx.Response(200, text=next(texts))))
+        monitor = Monitor(settings, client=client, wall=lambda: clock[0])
+        await monitor.run_once()
+        clock[0] += 60.0
+        await monitor.run_once()
+        text, status = monitor.metrics_text().decode(), monitor.service.status()
+        await monitor.aclose()
+        return text, status
+
+    text, status = asyncio.run(run())
+    got = {_key(s.name, dict(s.labels)): s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    first = _llama_counters(page(LLAMA_PAGE))
+    grown = {name: value * 0.1 for name, value in first.items()}  # the increase over the minute
+
+    def ed(name: str) -> str:
+        return _key(name, {"target": "edge", "model": "tiny-llama", "window": WINDOW})
+
+    def per_second(name: str) -> float:
+        end = T0 + 60.0
+        rate = extrapolated_rate([(T0, first[name]), (end, first[name] * 1.1)], end - WINDOW_SECONDS, end)
+        assert rate is not None
+        return rate
+
+    computed, cached = "llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total"
+    assert got[ed("inference_prompt_tokens_per_second")] == pytest.approx(per_second(computed) + per_second(cached))
+    assert got[ed("inference_generation_tokens_per_second")] == pytest.approx(
+        per_second("llamacpp:tokens_predicted_total"))
+    assert got[ed("inference_prefix_cache_hit_ratio")] == pytest.approx(
+        grown[cached] / (grown[cached] + grown[computed]))
+    assert got[ed("inference_prompt_seconds_per_token")] == pytest.approx(
+        grown["llamacpp:prompt_seconds_total"] / grown[computed])
+    assert got[ed("inference_generation_seconds_per_token")] == pytest.approx(
+        grown["llamacpp:tokens_predicted_seconds_total"] / grown["llamacpp:tokens_predicted_total"])
+    assert got[_key("inference_requests_running", {"target": "edge", "model": "tiny-llama"})] == 0.0
+    assert got[_key("inference_requests_waiting", {"target": "edge", "model": "tiny-llama"})] == 0.0
+    # No request counter, no errors, no histograms: absent, never 0.
+    for absent in ("inference_requests_per_second", "inference_request_error_ratio", "inference_ttft_seconds",
+                   "inference_tpot_seconds", "inference_kv_cache_usage_ratio"):
+        assert not any(key.startswith(absent + "{") and "target=edge" in key for key in got), absent
+    (row,) = status
+    assert row["up"] and row["engine"] == "llamacpp" and row["models"] == ["tiny-llama"]
+    assert row["absent"] == ["requests", "errors", "ttft", "tpot", "e2e", "queue"]
+    assert "canary" in str(row["note"]) and "error ratio" in str(row["note"])
+
+
+def _llama_counters(text: str) -> dict[str, float]:
+    return {name: value for name, ((_, value),) in
+            ((n, samples) for n, samples in samples_of(text).items() if n.endswith("_total"))}
