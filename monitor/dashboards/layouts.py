@@ -140,6 +140,8 @@ SERVICE = DashboardSpec(
             _svc("inference_slo_attainment_ratio", "Requests within the objectives", "{{objective}} {{target}}"),
             _quantiles("inference_e2e_latency_seconds", "End-to-end latency"),
             _quantiles("inference_queue_time_seconds", "Queue time"),
+            _quantiles("inference_prefill_time_seconds", "Prefill time"),
+            _quantiles("inference_decode_time_seconds", "Decode time"),
         )),
         Row("Engine", (
             _plain("inference_requests_running", "Running", 'inference_requests_running{target=~"$target",model=~"$model"}',

@@ -30,7 +30,7 @@ RATIOS = {
     "prompt_seconds_per_token": ("prompt_seconds", "prompt_tokens_computed"),
     "generation_seconds_per_token": ("generation_seconds", "generation_tokens"),
 }
-HISTOGRAMS = ("ttft", "tpot", "e2e", "queue")
+HISTOGRAMS = ("ttft", "tpot", "e2e", "queue", "prefill", "decode", "inference")
 # Request-length histograms (prompt / generated tokens per request): no quantiles of their own;
 # their window and baseline buckets go to the cost layer (expensive requests).
 LENGTH_HISTOGRAMS = ("prompt_len", "generation_len")

@@ -17,7 +17,8 @@ Our metrics:
                 prefix_cache_hits / prefix_cache_queries (prompt tokens found in / looked up in the
                 prefix cache); prompt_tokens_computed, prompt_seconds, generation_seconds
                 (llama.cpp's busy-time counters: mean seconds per token)
-    histograms  ttft, tpot, e2e, queue  (base family names; `_bucket` is appended);
+    histograms  ttft, tpot, e2e, queue, prefill, decode, inference (base family names; `_bucket`
+                is appended);
                 prompt_len, generation_len (tokens per request: the cost layer's expensive requests)
     gauges      running, waiting, kv_cache
 """
@@ -181,6 +182,10 @@ VLLM_V1 = EngineSpec(
         ),
         "e2e": ("vllm:e2e_request_latency_seconds",),
         "queue": ("vllm:request_queue_time_seconds",),
+        # Where a request's time goes after the queue: prefill, decode, and both (inference).
+        "prefill": ("vllm:request_prefill_time_seconds",),
+        "decode": ("vllm:request_decode_time_seconds",),
+        "inference": ("vllm:request_inference_time_seconds",),
         "prompt_len": ("vllm:request_prompt_tokens",),
         "generation_len": ("vllm:request_generation_tokens",),
     },
@@ -212,6 +217,10 @@ VLLM_V0 = EngineSpec(
         ),
         "e2e": ("vllm:e2e_request_latency_seconds",),
         "queue": ("vllm:request_queue_time_seconds",),
+        # Where a request's time goes after the queue: prefill, decode, and both (inference).
+        "prefill": ("vllm:request_prefill_time_seconds",),
+        "decode": ("vllm:request_decode_time_seconds",),
+        "inference": ("vllm:request_inference_time_seconds",),
         "prompt_len": ("vllm:request_prompt_tokens",),
         "generation_len": ("vllm:request_generation_tokens",),
     },

@@ -34,7 +34,9 @@ from monitor.service.engines import ENGINES, HTTP_API_PREFIX, HTTP_LABELS, Gauge
 BY_TARGET = "target, model"
 _REF = re.compile(r"\[\[([a-zA-Z_:][a-zA-Z0-9_:]*)\]\]")
 _SUMMARIES = {"ttft": "inference_ttft_seconds", "tpot": "inference_tpot_seconds",
-              "e2e": "inference_e2e_latency_seconds", "queue": "inference_queue_time_seconds"}
+              "e2e": "inference_e2e_latency_seconds", "queue": "inference_queue_time_seconds",
+              "prefill": "inference_prefill_time_seconds", "decode": "inference_decode_time_seconds",
+              "inference": "inference_request_inference_time_seconds"}
 _RATES = {"requests": "inference_requests_per_second", "prompt_tokens": "inference_prompt_tokens_per_second",
           "generation_tokens": "inference_generation_tokens_per_second",
           "preemptions": "inference_preemptions_per_second", "aborts": "inference_aborted_requests_per_second"}

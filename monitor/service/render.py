@@ -28,6 +28,9 @@ _SUMMARIES = {
     "inference_tpot_seconds": "tpot",
     "inference_e2e_latency_seconds": "e2e",
     "inference_queue_time_seconds": "queue",
+    "inference_prefill_time_seconds": "prefill",
+    "inference_decode_time_seconds": "decode",
+    "inference_request_inference_time_seconds": "inference",
 }
 _TARGET_GAUGES = {
     "inference_requests_running": "running",

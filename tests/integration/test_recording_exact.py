@@ -42,7 +42,9 @@ _ATTRIBUTES = {
     "inference_generation_seconds_per_token": "generation_seconds_per_token",
 }
 _SUMMARIES = {"inference_ttft_seconds": "ttft", "inference_tpot_seconds": "tpot",
-              "inference_e2e_latency_seconds": "e2e", "inference_queue_time_seconds": "queue"}
+              "inference_e2e_latency_seconds": "e2e", "inference_queue_time_seconds": "queue",
+              "inference_prefill_time_seconds": "prefill", "inference_decode_time_seconds": "decode",
+              "inference_request_inference_time_seconds": "inference"}
 
 
 def ours(rule: Rule, stats: Any) -> float | None:
@@ -124,4 +126,4 @@ def test_shipped_rules_evaluate_in_prometheus() -> None:
     assert gauges
     unhealthy = [(r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r["health"] != "ok"]
     assert not unhealthy, unhealthy
-    assert sum(len(g["rules"]) for g in groups) == 130
+    assert sum(len(g["rules"]) for g in groups) == 172

@@ -487,3 +487,14 @@ def test_llamacpp_numbers_come_from_its_counters_and_the_target_model() -> None:
 def _llama_counters(text: str) -> dict[str, float]:
     return {name: value for name, ((_, value),) in
             ((n, samples) for n, samples in samples_of(text).items() if n.endswith("_total"))}
+
+
+@pytest.mark.parametrize("ours, base", [
+    ("inference_prefill_time_seconds", "vllm:request_prefill_time_seconds"),
+    ("inference_decode_time_seconds", "vllm:request_decode_time_seconds"),
+    ("inference_request_inference_time_seconds", "vllm:request_inference_time_seconds"),
+])
+@pytest.mark.parametrize("q", [0.5, 0.99])
+def test_vllm_request_phase_quantiles_equal_promql(vllm: dict[str, float], ours: str, base: str, q: float) -> None:
+    exact = reference_quantile(q, base, "vllm-0.33.0_t0.prom", "vllm-0.33.0_t60.prom")
+    assert vllm[svc(ours, quantile=f"{q:g}")] == pytest.approx(exact, rel=1e-6)
