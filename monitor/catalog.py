@@ -42,6 +42,8 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef("inference_prefix_cache_hit_ratio", "gauge", _SVC, "Share of prompt tokens found in the engine's prefix cache (vLLM prefix_cache_hits/queries, SGLang cached_tokens/prompt_tokens, llama.cpp cached/all prompt tokens).", "service"),
         MetricDef("inference_prompt_seconds_per_token", "gauge", _SVC, "Mean prompt-processing time per computed (not cached) prompt token, from the engine's busy-time counter (llama.cpp).", "service"),
         MetricDef("inference_generation_seconds_per_token", "gauge", _SVC, "Mean generation time per generated token, from the engine's busy-time counter (llama.cpp): its TPOT without quantiles.", "service"),
+        MetricDef("inference_spec_decode_acceptance_ratio", "gauge", _SVC, "Speculative decoding: accepted draft tokens / proposed draft tokens over the window (vLLM, llama.cpp).", "service"),
+        MetricDef("inference_spec_decode_acceptance_length", "gauge", _SVC, "Speculative decoding: mean tokens per target-model step, 1 + accepted draft tokens per verification step.", "service"),
         MetricDef("inference_ttft_seconds", "summary", _SVC_Q, "Time to first token, quantiles over the window (histogram_quantile of the engine's buckets).", "service"),
         MetricDef("inference_tpot_seconds", "summary", _SVC_Q, "Time per output token (per request; inter-token latency where the engine has only that).", "service"),
         MetricDef("inference_e2e_latency_seconds", "summary", _SVC_Q, "End-to-end request latency, quantiles over the window.", "service"),

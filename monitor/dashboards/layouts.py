@@ -152,6 +152,8 @@ SERVICE = DashboardSpec(
                    'inference_kv_cache_usage_ratio{target=~"$target",model=~"$model"}', "{{target}}"),
             _svc("inference_preemptions_per_second", "Preemptions"),
             _svc("inference_prefix_cache_hit_ratio", "Prefix-cache hit ratio (prompt tokens)"),
+            _svc("inference_spec_decode_acceptance_ratio", "Speculative decoding: draft tokens accepted"),
+            _svc("inference_spec_decode_acceptance_length", "Speculative decoding: tokens per target step"),
             _svc("inference_generation_seconds_per_token", "Mean time per generated token (llama.cpp)"),
             _svc("inference_prompt_seconds_per_token", "Mean prompt time per token (llama.cpp)"),
         )),

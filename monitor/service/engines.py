@@ -71,6 +71,8 @@ class EngineSpec:
     # Labels that are not part of a series' identity for our purposes but are kept for
     # rate-per-series (rank, engine index): listed only for documentation.
     notes: str = ""
+    # Our metrics the page has only when a feature is configured (speculative decoding).
+    optional: frozenset[str] = frozenset()
     # Upstream's state of this table's engine: "" (current), "legacy" (removed upstream, still
     # read for old deployments), "archived, frozen" (the project stopped; the table is not grown).
     upstream: str = ""
@@ -159,7 +161,12 @@ _VLLM_V0_COUNTERS = {name: s for name, s in _VLLM_COUNTERS.items() if name != "e
 _VLLM_V1_PREFIX_CACHE = {
     "prefix_cache_hits": (Selector("vllm:prefix_cache_hits_total"),),
     "prefix_cache_queries": (Selector("vllm:prefix_cache_queries_total"),),
+    # Speculative decoding (only with --speculative-config): steps, proposed and accepted tokens.
+    "spec_drafts": (Selector("vllm:spec_decode_num_drafts_total"),),
+    "spec_draft_tokens": (Selector("vllm:spec_decode_num_draft_tokens_total"),),
+    "spec_accepted_tokens": (Selector("vllm:spec_decode_num_accepted_tokens_total"),),
 }
+SPEC_DECODE = frozenset({"spec_drafts", "spec_draft_tokens", "spec_accepted_tokens"})
 _VLLM_GAUGES_COMMON = {
     "running": GaugeSpec(("vllm:num_requests_running",)),
     "waiting": GaugeSpec(("vllm:num_requests_waiting",)),
@@ -193,6 +200,7 @@ VLLM_V1 = EngineSpec(
         **_VLLM_GAUGES_COMMON,
         "kv_cache": GaugeSpec(("vllm:kv_cache_usage_perc",), combine="max"),
     },
+    optional=SPEC_DECODE,
     notes=(
         "vLLM >= 0.9.2 (kv_cache_usage_perc): labels engine + model_name; one API server: _created "
         "samples; --api-server-count > 1: multiprocess layout, and 0.11.0 keeps kv_cache_usage_perc "
@@ -362,6 +370,10 @@ LLAMACPP = EngineSpec(
         "prompt_tokens_computed": (Selector("llamacpp:prompt_tokens_total"),),
         "prompt_seconds": (Selector("llamacpp:prompt_seconds_total"),),
         "generation_seconds": (Selector("llamacpp:tokens_predicted_seconds_total"),),
+        # Speculative decoding (-md draft model): always on the page, 0 without a draft model.
+        "spec_drafts": (Selector("llamacpp:spec_decode_num_drafts_total"),),
+        "spec_draft_tokens": (Selector("llamacpp:spec_decode_num_draft_tokens_total"),),
+        "spec_accepted_tokens": (Selector("llamacpp:spec_decode_num_accepted_tokens_total"),),
     },
     histograms={},
     gauges={

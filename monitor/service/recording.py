@@ -172,14 +172,15 @@ def _ratio_rules(window: str) -> list[Rule]:
     while the denominator's rate is 0, as the monitor gives no sample."""
     w = {"window": window}
     rules = []
-    for counter in dict.fromkeys(c for pair in RATIOS.values() for c in pair):
+    for counter in dict.fromkeys(c for numerator, denominator, _ in RATIOS.values() for c in (numerator, denominator)):
         if counter in _RATES:
             continue  # recorded already under its exported name
         expr = _counter(counter, window)
         if expr:
             rules.append(Rule(f"inference:{counter}:rate", expr, w))
-    for ours, (numerator, denominator) in RATIOS.items():
-        rules.append(Rule(f"inference_{ours}", f"[[{_rate_name(numerator)}]] / ([[{_rate_name(denominator)}]] > 0)", w))
+    for ours, (numerator, denominator, added) in RATIOS.items():
+        ratio = f"[[{_rate_name(numerator)}]] / ([[{_rate_name(denominator)}]] > 0)"
+        rules.append(Rule(f"inference_{ours}", f"{added!r} + {ratio}" if added else ratio, w))
     return rules
 
 
@@ -230,9 +231,9 @@ def _fleet_rules(window: str) -> list[Rule]:
         total("inference:errors:rate"), total("inference_requests_per_second"),
         total("inference:http_errors:rate_model"), total("inference:http_requests:rate_model"), "model"),
         w, fleet=True))
-    for ours, (numerator, denominator) in RATIOS.items():
-        rules.append(Rule(f"inference_{ours}", f"{total(_rate_name(numerator))} / "
-                          f"({total(_rate_name(denominator))} > 0)", w, fleet=True))
+    for ours, (numerator, denominator, added) in RATIOS.items():
+        ratio = f"{total(_rate_name(numerator))} / ({total(_rate_name(denominator))} > 0)"
+        rules.append(Rule(f"inference_{ours}", f"{added!r} + {ratio}" if added else ratio, w, fleet=True))
     rules.append(Rule("inference_throughput_baseline_ratio", f"{total('inference_generation_tokens_per_second')}"
                       f" / ({total('inference:generation_tokens:rate_baseline')} > 0)", w, fleet=True))
     for histogram, name in _SUMMARIES.items():

@@ -22,6 +22,8 @@ _WINDOW_GAUGES = {
     "inference_prefix_cache_hit_ratio": "prefix_cache_hit_ratio",
     "inference_prompt_seconds_per_token": "prompt_seconds_per_token",
     "inference_generation_seconds_per_token": "generation_seconds_per_token",
+    "inference_spec_decode_acceptance_ratio": "spec_decode_acceptance_ratio",
+    "inference_spec_decode_acceptance_length": "spec_decode_acceptance_length",
 }
 _SUMMARIES = {
     "inference_ttft_seconds": "ttft",

@@ -37,6 +37,10 @@ NO_DATA = {
         "the demo's engines are vLLM; llama.cpp's busy-time counters: tests/service/test_llamacpp_live.py",
     ("service.json", "Mean time per generated token (llama.cpp)"):
         "the demo's engines are vLLM; llama.cpp's busy-time counters: tests/service/test_llamacpp_live.py",
+    ("service.json", "Speculative decoding: draft tokens accepted"):
+        "the simulated vLLM runs without speculative decoding; tests/service/test_real_engine_pages.py",
+    ("service.json", "Speculative decoding: tokens per target step"):
+        "the simulated vLLM runs without speculative decoding; tests/service/test_real_engine_pages.py",
     ("cost.json", "$/token against its baseline"):
         "needs a full trailing baseline window (service.baseline_window, 10 min in the demo) before the window",
 }

@@ -40,6 +40,8 @@ _ATTRIBUTES = {
     "inference_prefix_cache_hit_ratio": "prefix_cache_hit_ratio",
     "inference_prompt_seconds_per_token": "prompt_seconds_per_token",
     "inference_generation_seconds_per_token": "generation_seconds_per_token",
+    "inference_spec_decode_acceptance_ratio": "spec_decode_acceptance_ratio",
+    "inference_spec_decode_acceptance_length": "spec_decode_acceptance_length",
 }
 _SUMMARIES = {"inference_ttft_seconds": "ttft", "inference_tpot_seconds": "tpot",
               "inference_e2e_latency_seconds": "e2e", "inference_queue_time_seconds": "queue",
@@ -126,4 +128,4 @@ def test_shipped_rules_evaluate_in_prometheus() -> None:
     assert gauges
     unhealthy = [(r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r["health"] != "ok"]
     assert not unhealthy, unhealthy
-    assert sum(len(g["rules"]) for g in groups) == 172
+    assert sum(len(g["rules"]) for g in groups) == 186

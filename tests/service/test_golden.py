@@ -16,7 +16,11 @@ GOLDEN = FIXTURES / "golden_service.prom"
 
 def scenario_page() -> str:
     base = (FIXTURES / "sample_vllm_v1.prom").read_text()
+    # llama.cpp with a draft model: its speculative-decoding counters are no longer 0.
     llama = (FIXTURES / "pages" / "llamacpp.prom").read_text()
+    for name, value in (("draft_tokens", 400), ("accepted_tokens", 300), ("drafts", 100)):
+        sample = f"llamacpp:spec_decode_num_{name}_total"
+        llama = llama.replace(f"{sample} 0\n", f"{sample} {value}\n")
     scrapes = {"a": 0, "b": 0, "llama": 0}
 
     def handler(request: httpx.Request) -> httpx.Response:

@@ -498,3 +498,14 @@ def _llama_counters(text: str) -> dict[str, float]:
 def test_vllm_request_phase_quantiles_equal_promql(vllm: dict[str, float], ours: str, base: str, q: float) -> None:
     exact = reference_quantile(q, base, "vllm-0.33.0_t0.prom", "vllm-0.33.0_t60.prom")
     assert vllm[svc(ours, quantile=f"{q:g}")] == pytest.approx(exact, rel=1e-6)
+
+
+def test_vllm_speculative_decoding_acceptance(vllm: dict[str, float]) -> None:
+    args = ("vllm-0.33.0_t0.prom", "vllm-0.33.0_t60.prom", vllm_elapsed())
+    drafts = reference_rate("vllm:spec_decode_num_drafts_total", *args)
+    proposed = reference_rate("vllm:spec_decode_num_draft_tokens_total", *args)
+    accepted = reference_rate("vllm:spec_decode_num_accepted_tokens_total", *args)
+    assert vllm[svc("inference_spec_decode_acceptance_ratio")] == pytest.approx(accepted / proposed, rel=1e-6)
+    assert vllm[svc("inference_spec_decode_acceptance_length")] == pytest.approx(1 + accepted / drafts, rel=1e-6)
+    # Fed per tick: 10 drafts, 30 draft tokens, 18 accepted.
+    assert close(accepted / proposed, 0.6, 0.01) and close(1 + accepted / drafts, 2.8, 0.01)
