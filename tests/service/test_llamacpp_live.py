@@ -8,6 +8,9 @@ must agree with what the server told each client (`usage`, `timings`).
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -147,3 +150,37 @@ def test_judge_counts_an_unfinished_structured_answer_as_a_judge_error(server: L
     assert structured  # llama-server took the json_schema (add_space_prefix false): no fallback
     assert calls == 2  # temperature 0: one retry of an unparseable answer, then given up
     assert verdict.output_tokens == 2 * 16
+
+
+def test_check_names_what_the_engine_leaves_out_and_the_latency_source(server: LlamaServer, tmp_path: Path) -> None:
+    """`infermon check` (a real process) against the live server, with a canary through its API."""
+    config = tmp_path / "edge.yaml"
+    config.write_text(
+        "infra: {nvml: {enabled: 'false'}}\nalerting: {enabled: false}\n"
+        f"service:\n  targets: [{{name: edge, url: '{server.url}/metrics', model: {MODEL_NAME}}}]\n"
+        "canary:\n  probes:\n"
+        f"    - {{name: edge, base_url: '{server.url}/v1', model: {MODEL_NAME}, target: edge, max_tokens: 8}}\n")
+    result = subprocess.run([sys.executable, "-m", "monitor.cli", "check", "--config", str(config)],
+                            capture_output=True, text=True, timeout=120, check=False,
+                            env={**os.environ, "INFERMON_STORAGE__URL": "sqlite://"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    (up,) = [i for i, line in enumerate(lines) if line.startswith("  edge ")]
+    assert lines[up].endswith("up, llamacpp server")
+    note = lines[up + 1].strip()
+    assert "not on the engine's page: request count, error ratio, TTFT quantiles" in note
+    assert "the canary (client-side TTFT/TPOT) is this target's latency source" in note
+    assert any(line.startswith("  canary edge") and " ok, TTFT " in line for line in lines)
+
+
+def test_a_missing_build_fails_under_ci_and_skips_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tests.llamacpp as llamacpp
+
+    monkeypatch.delenv("LLAMA_SERVER", raising=False)
+    monkeypatch.setattr(llamacpp, "_cached_binary", lambda: None)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="not built"):
+        llamacpp.llama_server_binary()
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception, match="not built"):
+        llamacpp.llama_server_binary()
