@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint bench tools clean dashboards
+.PHONY: demo test lint bench tools clean dashboards llama-server
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -22,6 +22,11 @@ tools:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
 	  else echo "install the Debian package 'postgresql' for the PostgreSQL storage tests"; fi; }
+	@# A C++ toolchain builds llama.cpp's llama-server once per machine (scripts/llama_server.sh).
+	@command -v cmake >/dev/null && command -v c++ >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake g++ ninja-build >/dev/null; \
+	  else echo "install cmake and a C++ compiler for the llama-server tests"; fi; }
 	@# Chromium drives the overview page's browser tests (Playwright with executable_path, no download).
 	@command -v chromium >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -31,8 +36,16 @@ tools:
 demo: $(STAMP)
 	$(VENV)/bin/infermon demo $(DEMO_ARGS)
 
+# The tests' real llama-server: built once per machine (~20 min on 2 cores), reused after. Under CI
+# a failed build fails `make test`; elsewhere its tests skip and say so.
 test: $(STAMP) tools
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	@server="$$(PYTHON=$(PY) scripts/llama_server.sh)" || { \
+	  if [ "$${CI:-}" = true ]; then echo "llama-server could not be built (scripts/llama_server.sh)"; exit 1; fi; \
+	  echo "llama-server could not be built: its tests skip"; server=; }; \
+	LLAMA_SERVER="$$server" $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+llama-server: $(STAMP)
+	PYTHON=$(PY) scripts/llama_server.sh
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check monitor tests bench

@@ -103,6 +103,8 @@ def check(config: ConfigOption = None) -> None:
             state = f"up, {row['engine']} {row['generation']}" if row["up"] else f"DOWN: {row['error']}"
             all_up = all_up and bool(row["up"])
             typer.echo(f"  {row['name']:<20} {row['url']}  {state}")
+            if row["up"] and row["note"]:
+                typer.echo(f"  {'':<20} {row['note']}")
         for name, result in canaries.items():
             ok = result is not None and result.ok
             all_up = all_up and ok

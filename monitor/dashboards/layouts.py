@@ -129,6 +129,7 @@ SERVICE = DashboardSpec(
                    kind="stat"),
             _svc("inference_requests_per_second", "Requests"),
             _svc("inference_request_error_ratio", "Error ratio"),
+            _svc("inference_aborted_requests_per_second", "Aborted by the client"),
             _svc("inference_generation_tokens_per_second", "Generated tokens"),
             _svc("inference_prompt_tokens_per_second", "Prompt tokens"),
             _svc("inference_throughput_baseline_ratio", "Throughput against its baseline"),
@@ -139,6 +140,8 @@ SERVICE = DashboardSpec(
             _svc("inference_slo_attainment_ratio", "Requests within the objectives", "{{objective}} {{target}}"),
             _quantiles("inference_e2e_latency_seconds", "End-to-end latency"),
             _quantiles("inference_queue_time_seconds", "Queue time"),
+            _quantiles("inference_prefill_time_seconds", "Prefill time"),
+            _quantiles("inference_decode_time_seconds", "Decode time"),
         )),
         Row("Engine", (
             _plain("inference_requests_running", "Running", 'inference_requests_running{target=~"$target",model=~"$model"}',
@@ -148,6 +151,11 @@ SERVICE = DashboardSpec(
             _plain("inference_kv_cache_usage_ratio", "KV cache usage",
                    'inference_kv_cache_usage_ratio{target=~"$target",model=~"$model"}', "{{target}}"),
             _svc("inference_preemptions_per_second", "Preemptions"),
+            _svc("inference_prefix_cache_hit_ratio", "Prefix-cache hit ratio (prompt tokens)"),
+            _svc("inference_spec_decode_acceptance_ratio", "Speculative decoding: draft tokens accepted"),
+            _svc("inference_spec_decode_acceptance_length", "Speculative decoding: tokens per target step"),
+            _svc("inference_generation_seconds_per_token", "Mean time per generated token (llama.cpp)"),
+            _svc("inference_prompt_seconds_per_token", "Mean prompt time per token (llama.cpp)"),
         )),
         Row("Canary (a synthetic user through the API)", (
             _plain("inference_canary_up", "Canary up", 'inference_canary_up{model=~"$model"}', "{{probe}}", kind="stat"),

@@ -42,7 +42,7 @@ from monitor.service.derive import (
     window_rates,
 )
 from monitor.service.discovery import DiscoveryError, FileDiscovery
-from monitor.service.engines import EngineSpec, detect, suggest_prefix
+from monitor.service.engines import EngineSpec, detect, is_router, suggest_prefix
 from monitor.service.extract import Snapshot, extract
 from monitor.service.scrape import ScrapeError, fetch_page, fetch_page_core, target_pool
 from monitor.service.series import SeriesStore
@@ -88,6 +88,7 @@ class TargetView:
     engine: str | None
     generation: str | None
     stale: bool = False  # up at its last scrape, but that was more than STALE_INTERVALS ago
+    note: str = ""  # the engine table's note: upstream state, numbers its page does not give
     gauges: dict[str, dict[str, float]] = field(default_factory=dict)  # metric -> model -> value
     stats: dict[tuple[str, str], WindowStats] = field(default_factory=dict)  # (model, window)
 
@@ -246,6 +247,9 @@ class ServiceCollector:
     def _ingest(self, state: TargetState, text: str, openmetrics: bool, ts: float) -> None:
         check_text(text)
         prefix = state.target.metric_prefix
+        if is_router(text, prefix):
+            raise PageError("a router page (vLLM production-stack: vllm:current_qps{server}), not a serving engine: "
+                            "scrape the engines behind it")
         spec = detect(text, prefix)
         if spec is None:
             raise PageError(_no_engine_reason(text, prefix))
@@ -312,6 +316,7 @@ class ServiceCollector:
                 engine=engine.engine if engine else None,
                 generation=engine.generation if engine else None,
                 stale=stale,
+                note=engine.note() if engine else "",
             )
             view.targets[name] = target_view
             if not target_view.up or latest is None or derived is None:
@@ -342,6 +347,8 @@ class ServiceCollector:
                 "stale": stale,
                 "engine": state.engine.engine if state.engine else None,
                 "generation": state.engine.generation if state.engine else None,
+                "note": state.engine.note() if state.engine else "",
+                "absent": list(state.engine.absent()) if state.engine else [],
                 "last_scrape": state.last_scrape,
                 "last_success": entry.last_success,
                 "scrape_duration_seconds": entry.duration_seconds,
@@ -355,7 +362,7 @@ class ServiceCollector:
 
 
 def _no_engine_reason(text: str, prefix: str) -> str:
-    reason = "no known serving-engine metrics on the page (vLLM, SGLang, TGI)"
+    reason = "no known serving-engine metrics on the page (vLLM, SGLang, TGI, llama.cpp)"
     if prefix:
         return f"{reason} behind metric_prefix {prefix!r}"
     behind = suggest_prefix(text)

@@ -22,8 +22,19 @@ from monitor.service.promql import fraction_at_or_below, histogram_quantiles
 from monitor.service.series import SeriesStore
 
 QUANTILES = (0.5, 0.95, 0.99)
-RATE_METRICS = ("requests", "errors", "prompt_tokens", "generation_tokens", "preemptions")
-HISTOGRAMS = ("ttft", "tpot", "e2e", "queue")
+RATE_METRICS = ("requests", "errors", "prompt_tokens", "generation_tokens", "preemptions", "aborts")
+# Ratios of two counters' rates: ours -> (numerator, denominator, added); no sample while the
+# denominator's rate is 0 (nothing looked up, nothing generated).
+RATIOS = {
+    "prefix_cache_hit_ratio": ("prefix_cache_hits", "prefix_cache_queries", 0.0),
+    "prompt_seconds_per_token": ("prompt_seconds", "prompt_tokens_computed", 0.0),
+    "generation_seconds_per_token": ("generation_seconds", "generation_tokens", 0.0),
+    "spec_decode_acceptance_ratio": ("spec_accepted_tokens", "spec_draft_tokens", 0.0),
+    # Mean acceptance length: accepted draft tokens per verification step plus the target model's
+    # own (bonus) token: tokens per target-model step.
+    "spec_decode_acceptance_length": ("spec_accepted_tokens", "spec_drafts", 1.0),
+}
+HISTOGRAMS = ("ttft", "tpot", "e2e", "queue", "prefill", "decode", "inference")
 # Request-length histograms (prompt / generated tokens per request): no quantiles of their own;
 # their window and baseline buckets go to the cost layer (expensive requests).
 LENGTH_HISTOGRAMS = ("prompt_len", "generation_len")
@@ -62,7 +73,13 @@ class WindowStats:
     prompt_tokens_per_second: float | None = None
     generation_tokens_per_second: float | None = None
     preemptions_per_second: float | None = None
+    aborted_requests_per_second: float | None = None
     throughput_baseline_ratio: float | None = None
+    prefix_cache_hit_ratio: float | None = None  # prompt tokens found in the prefix cache / looked up
+    prompt_seconds_per_token: float | None = None  # mean busy time per computed prompt token (llama.cpp)
+    generation_seconds_per_token: float | None = None  # mean busy time per generated token (llama.cpp)
+    spec_decode_acceptance_ratio: float | None = None  # accepted / proposed draft tokens
+    spec_decode_acceptance_length: float | None = None  # 1 + accepted per draft: tokens per target step
     quantiles: dict[str, dict[float, float]] = field(default_factory=dict)
     slo_attainment: dict[str, float] = field(default_factory=dict)
     lengths: dict[str, LeRates] = field(default_factory=dict)  # request-length bucket rates over the window
@@ -119,8 +136,13 @@ def stats_from_rates(rates: Rates, objectives: Objectives) -> WindowStats:
         prompt_tokens_per_second=counters.get("prompt_tokens"),
         generation_tokens_per_second=counters.get("generation_tokens"),
         preemptions_per_second=counters.get("preemptions"),
+        aborted_requests_per_second=counters.get("aborts"),
     )
     stats.error_ratio = _error_ratio(rates)
+    for ours, (numerator, denominator, added) in RATIOS.items():
+        above, below = counters.get(numerator), counters.get(denominator)
+        if above is not None and below:
+            setattr(stats, ours, added + above / below)
     generation = counters.get("generation_tokens")
     if generation is not None and rates.baseline_generation:
         stats.throughput_baseline_ratio = generation / rates.baseline_generation

@@ -12,9 +12,13 @@ prefix (`metric_prefix: kserve_` for KServe's queue-proxy, which republishes vLL
 `kserve_vllm:...`).
 
 Our metrics:
-    counters    requests (all finished), errors (finished with an engine error), prompt_tokens,
-                generation_tokens, preemptions
-    histograms  ttft, tpot, e2e, queue  (base family names; `_bucket` is appended);
+    counters    requests (all finished), errors (finished with an engine error), prompt_tokens
+                (all prompt tokens, cached ones included), generation_tokens, preemptions;
+                prefix_cache_hits / prefix_cache_queries (prompt tokens found in / looked up in the
+                prefix cache); prompt_tokens_computed, prompt_seconds, generation_seconds
+                (llama.cpp's busy-time counters: mean seconds per token)
+    histograms  ttft, tpot, e2e, queue, prefill, decode, inference (base family names; `_bucket`
+                is appended);
                 prompt_len, generation_len (tokens per request: the cost layer's expensive requests)
     gauges      running, waiting, kv_cache
 """
@@ -67,6 +71,11 @@ class EngineSpec:
     # Labels that are not part of a series' identity for our purposes but are kept for
     # rate-per-series (rank, engine index): listed only for documentation.
     notes: str = ""
+    # Our metrics the page has only when a feature is configured (speculative decoding).
+    optional: frozenset[str] = frozenset()
+    # Upstream's state of this table's engine: "" (current), "legacy" (removed upstream, still
+    # read for old deployments), "archived, frozen" (the project stopped; the table is not grown).
+    upstream: str = ""
     wanted: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -85,6 +94,22 @@ class EngineSpec:
 
     def marker_spellings(self, prefix: str = "") -> tuple[str, ...]:
         return tuple(dict.fromkeys(s for m in self.markers for s in spellings(m, prefix)))
+
+    def absent(self) -> tuple[str, ...]:
+        """Our headline numbers this engine's page has no source for (said in `check` and on /)."""
+        missing = [m for m in ("requests", "errors") if m not in self.counters]
+        missing += [m for m in ("ttft", "tpot", "e2e", "queue") if m not in self.histograms]
+        return tuple(missing)
+
+    def note(self) -> str:
+        """One line for `check` and the overview: upstream state and what the engine does not give."""
+        parts = [f"{self.upstream} upstream"] if self.upstream else []
+        absent = self.absent()
+        if absent:
+            parts.append("not on the engine's page: " + ", ".join(_ABSENT_WORDS[m] for m in absent))
+        if "ttft" in absent:
+            parts.append("the canary (client-side TTFT/TPOT) is this target's latency source")
+        return "; ".join(parts)
 
 
 def spellings(name: str, prefix: str = "") -> tuple[str, ...]:
@@ -106,8 +131,17 @@ def _page_names(spec: EngineSpec, prefix: str) -> dict[str, str]:
     return names
 
 
-HTTP_SAMPLES = ("http_requests_total",)
-"""prometheus-fastapi-instrumentator's counter (vLLM): status="2xx".."5xx", handler."""
+_ABSENT_WORDS = {"requests": "request count", "errors": "error ratio", "ttft": "TTFT quantiles",
+                 "tpot": "TPOT quantiles", "e2e": "E2E quantiles", "queue": "queue-time quantiles"}
+
+HTTP_LABELS = {
+    # prometheus-fastapi-instrumentator's counter (vLLM): handler, status="2xx".."5xx".
+    "http_requests_total": ("handler", "status"),
+    # SGLang >= 0.5's own middleware: endpoint, status_code="200".."500" (its only error count).
+    "sglang:http_responses_total": ("endpoint", "status_code"),
+}
+"""HTTP response counters -> (the label naming the route, the label holding the status)."""
+HTTP_SAMPLES = tuple(HTTP_LABELS)
 HTTP_API_PREFIX = "/v1/"
 
 _VLLM_COUNTERS: dict[str, tuple[Selector, ...]] = {
@@ -116,10 +150,23 @@ _VLLM_COUNTERS: dict[str, tuple[Selector, ...]] = {
     "prompt_tokens": (Selector("vllm:prompt_tokens_total"),),
     "generation_tokens": (Selector("vllm:generation_tokens_total"),),
     "preemptions": (Selector("vllm:num_preemptions_total"),),
+    # Finished because the client went away or cancelled: counted in requests, not an error.
+    "aborts": (Selector("vllm:request_success_total", (("finished_reason", "abort"),)),),
 }
 # V0 never finishes a request with reason "error" (only stop/length; aborts are not counted), so
 # it has no engine error count at all: absent, not a count that is always 0.
 _VLLM_V0_COUNTERS = {name: s for name, s in _VLLM_COUNTERS.items() if name != "errors"}
+# V1 only: prompt tokens looked up in / found in the local prefix cache (external_prefix_cache_*
+# is a KV connector's cache, not counted here).
+_VLLM_V1_PREFIX_CACHE = {
+    "prefix_cache_hits": (Selector("vllm:prefix_cache_hits_total"),),
+    "prefix_cache_queries": (Selector("vllm:prefix_cache_queries_total"),),
+    # Speculative decoding (only with --speculative-config): steps, proposed and accepted tokens.
+    "spec_drafts": (Selector("vllm:spec_decode_num_drafts_total"),),
+    "spec_draft_tokens": (Selector("vllm:spec_decode_num_draft_tokens_total"),),
+    "spec_accepted_tokens": (Selector("vllm:spec_decode_num_accepted_tokens_total"),),
+}
+SPEC_DECODE = frozenset({"spec_drafts", "spec_draft_tokens", "spec_accepted_tokens"})
 _VLLM_GAUGES_COMMON = {
     "running": GaugeSpec(("vllm:num_requests_running",)),
     "waiting": GaugeSpec(("vllm:num_requests_waiting",)),
@@ -130,7 +177,7 @@ VLLM_V1 = EngineSpec(
     generation="v1",
     markers=("vllm:kv_cache_usage_perc",),
     model_label="model_name",
-    counters=_VLLM_COUNTERS,
+    counters={**_VLLM_COUNTERS, **_VLLM_V1_PREFIX_CACHE},
     histograms={
         "ttft": ("vllm:time_to_first_token_seconds",),
         # Per-request time per output token; older V1 pages only have the inter-token latency
@@ -142,6 +189,10 @@ VLLM_V1 = EngineSpec(
         ),
         "e2e": ("vllm:e2e_request_latency_seconds",),
         "queue": ("vllm:request_queue_time_seconds",),
+        # Where a request's time goes after the queue: prefill, decode, and both (inference).
+        "prefill": ("vllm:request_prefill_time_seconds",),
+        "decode": ("vllm:request_decode_time_seconds",),
+        "inference": ("vllm:request_inference_time_seconds",),
         "prompt_len": ("vllm:request_prompt_tokens",),
         "generation_len": ("vllm:request_generation_tokens",),
     },
@@ -149,6 +200,7 @@ VLLM_V1 = EngineSpec(
         **_VLLM_GAUGES_COMMON,
         "kv_cache": GaugeSpec(("vllm:kv_cache_usage_perc",), combine="max"),
     },
+    optional=SPEC_DECODE,
     notes=(
         "vLLM >= 0.9.2 (kv_cache_usage_perc): labels engine + model_name; one API server: _created "
         "samples; --api-server-count > 1: multiprocess layout, and 0.11.0 keeps kv_cache_usage_perc "
@@ -173,6 +225,10 @@ VLLM_V0 = EngineSpec(
         ),
         "e2e": ("vllm:e2e_request_latency_seconds",),
         "queue": ("vllm:request_queue_time_seconds",),
+        # Where a request's time goes after the queue: prefill, decode, and both (inference).
+        "prefill": ("vllm:request_prefill_time_seconds",),
+        "decode": ("vllm:request_decode_time_seconds",),
+        "inference": ("vllm:request_inference_time_seconds",),
         "prompt_len": ("vllm:request_prompt_tokens",),
         "generation_len": ("vllm:request_generation_tokens",),
     },
@@ -183,8 +239,10 @@ VLLM_V0 = EngineSpec(
     notes=(
         "vLLM V0 (0.6.x, vllm/engine/metrics.py): label model_name only; the default multiprocessing "
         "front end serves a MultiProcessCollector page (no _created, gauges summed, no pid). Early V1 "
-        "(0.8-0.9.1) still named the KV gauge gpu_cache_usage_perc and lands here too (+ engine label)."
+        "(0.8-0.9.1) still named the KV gauge gpu_cache_usage_perc and lands here too (+ engine label). "
+        "V0 was removed upstream in 0.11; current vLLM has no gpu_cache_usage_perc."
     ),
+    upstream="legacy",
 )
 
 SGLANG = EngineSpec(
@@ -201,18 +259,30 @@ SGLANG = EngineSpec(
     ),
     model_label="model_name",
     counters={
-        # Finished, non-aborted requests (aborts go to num_aborted_requests_total, client-side).
+        # Every finished request, aborted ones included (0.5.23: the tokenizer counts a request
+        # when it finishes, whatever the reason; aborts are also in num_aborted_requests_total),
+        # as vLLM's request_success_total counts finished_reason="abort".
         "requests": (Selector("sglang:num_requests_total"),),
         "prompt_tokens": (Selector("sglang:prompt_tokens_total"),),
+        # Prompt tokens served from the radix cache (device, host or storage tier) of all prompt
+        # tokens: the same ratio as vLLM's prefix-cache hits / queries.
+        "prefix_cache_hits": (Selector("sglang:cached_tokens_total"),),
+        "prefix_cache_queries": (Selector("sglang:prompt_tokens_total"),),
         "generation_tokens": (Selector("sglang:generation_tokens_total"),),
         # Retractions are SGLang's preemptions; the counter exists in recent releases only and
         # appears after the first retraction (the older num_retracted_reqs is a per-interval gauge).
         "preemptions": (Selector("sglang:num_retracted_requests_total"),),
+        "aborts": (Selector("sglang:num_aborted_requests_total"),),
     },
     histograms={
         "ttft": ("sglang:time_to_first_token_seconds",),
-        # Inter-token latency; older releases call it time_per_output_token_seconds.
-        "tpot": ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+        # Per-request TPOT where the release has it (0.5.x: (finish - first token) / (tokens - 1),
+        # as vLLM's); else the inter-token latency (older releases: time_per_output_token_seconds).
+        "tpot": (
+            "sglang:request_time_per_output_token_seconds",
+            "sglang:inter_token_latency_seconds",
+            "sglang:time_per_output_token_seconds",
+        ),
         "e2e": ("sglang:e2e_request_latency_seconds",),
         "queue": ("sglang:queue_time_seconds",),
         "prompt_len": ("sglang:prompt_tokens_histogram",),
@@ -230,7 +300,8 @@ SGLANG = EngineSpec(
         "always prometheus multiprocess mode. Scheduler labels model_name, engine_type, tp_rank, "
         "pp_rank, moe_ep_rank, dp_rank; only attn_tp_rank 0 reports unless "
         "--enable-metrics-for-all-schedulers (then TP ranks repeat one batch: sums over-count). "
-        "No engine error counter (PD mode only: num_bootstrap/transfer_failed_reqs_total)."
+        "No engine error counter (PD mode only: num_bootstrap/transfer_failed_reqs_total): errors "
+        "are the API's HTTP 5xx responses, sglang:http_responses_total{endpoint, status_code}."
     ),
 )
 
@@ -273,11 +344,60 @@ TGI = EngineSpec(
     notes=(
         "huggingface/text-generation-inference router/src/server.rs + backends/v3 via the Rust "
         "metrics-exporter-prometheus: counters without _total, no model label, no KV-cache gauge, "
-        "no preemption counter; counters appear on first increment."
+        "no preemption counter; counters appear on first increment. Archived upstream in 2026: "
+        "the table is kept for running deployments and not grown."
+    ),
+    upstream="archived, frozen",
+)
+
+LLAMACPP = EngineSpec(
+    engine="llamacpp",
+    generation="server",
+    # Every counter and gauge is on the page from start-up (llama-server --metrics).
+    markers=("llamacpp:prompt_tokens_total", "llamacpp:requests_processing"),
+    model_label=None,  # no labels at all: the model is the target's `model:`
+    counters={
+        # prompt_tokens_total excludes the tokens reused from the slot's cache; ours counts all.
+        "prompt_tokens": (Selector("llamacpp:prompt_tokens_total"), Selector("llamacpp:prompt_tokens_cached_total")),
+        "generation_tokens": (Selector("llamacpp:tokens_predicted_total"),),
+        "prefix_cache_hits": (Selector("llamacpp:prompt_tokens_cached_total"),),
+        "prefix_cache_queries": (
+            Selector("llamacpp:prompt_tokens_total"),
+            Selector("llamacpp:prompt_tokens_cached_total"),
+        ),
+        # Busy time of prompt processing and generation, summed over finished tasks: with the
+        # token counters, mean seconds per computed prompt token and per generated token.
+        "prompt_tokens_computed": (Selector("llamacpp:prompt_tokens_total"),),
+        "prompt_seconds": (Selector("llamacpp:prompt_seconds_total"),),
+        "generation_seconds": (Selector("llamacpp:tokens_predicted_seconds_total"),),
+        # Speculative decoding (-md draft model): always on the page, 0 without a draft model.
+        "spec_drafts": (Selector("llamacpp:spec_decode_num_drafts_total"),),
+        "spec_draft_tokens": (Selector("llamacpp:spec_decode_num_draft_tokens_total"),),
+        "spec_accepted_tokens": (Selector("llamacpp:spec_decode_num_accepted_tokens_total"),),
+    },
+    histograms={},
+    gauges={
+        "running": GaugeSpec(("llamacpp:requests_processing",)),
+        "waiting": GaugeSpec(("llamacpp:requests_deferred",)),
+    },
+    process_labels=(),
+    notes=(
+        "ggml-org/llama.cpp tools/server (llama-server --metrics): no labels, no request or error "
+        "counter, no latency histogram. The *_tokens_seconds gauges are throughput since the previous "
+        "read of /metrics (each read resets them): never rates; the *_seconds_total counters are used."
     ),
 )
 
-ENGINES: list[EngineSpec] = [VLLM_V1, VLLM_V0, SGLANG, TGI]
+ENGINES: list[EngineSpec] = [VLLM_V1, VLLM_V0, SGLANG, TGI, LLAMACPP]
+
+
+ROUTER_MARKERS = ("vllm:current_qps",)
+"""vLLM production-stack's router publishes per-backend numbers under the engine's prefix
+(`vllm:current_qps{server}`, `vllm:avg_latency{server}`, ...): a router page, never an engine's."""
+
+
+def is_router(text: str, prefix: str = "") -> bool:
+    return any(_has_sample(text, s) for m in ROUTER_MARKERS for s in spellings(m, prefix))
 
 
 def detect(text: str, prefix: str = "") -> EngineSpec | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from monitor.promtext import Labels, Page, go_float
-from monitor.service.engines import HTTP_API_PREFIX, HTTP_SAMPLES, EngineSpec
+from monitor.service.engines import HTTP_API_PREFIX, HTTP_LABELS, EngineSpec
 
 ModelOf = Callable[[Labels], str]
 BucketKey = tuple[Labels, float]
@@ -140,11 +140,11 @@ def _combine_gauge(
 
 
 def _extract_http(page: Page, snap: Snapshot) -> None:
-    for sample in HTTP_SAMPLES:
+    for sample, (route, status) in HTTP_LABELS.items():
         for labels, value in page.series(sample).items():
             values = dict(labels)
-            if not values.get("handler", "").startswith(HTTP_API_PREFIX) or not math.isfinite(value):
+            if not values.get(route, "").startswith(HTTP_API_PREFIX) or not math.isfinite(value):
                 continue
             snap.http.setdefault("all", {})[labels] = value
-            if values.get("status", "").startswith("5"):
+            if values.get(status, "").startswith("5"):
                 snap.http.setdefault("errors", {})[labels] = value

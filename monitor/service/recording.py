@@ -28,16 +28,18 @@ from typing import Any
 
 import yaml
 
-from monitor.service.derive import QUANTILES
-from monitor.service.engines import ENGINES, HTTP_API_PREFIX, HTTP_SAMPLES, GaugeSpec, Selector, spellings
+from monitor.service.derive import QUANTILES, RATIOS
+from monitor.service.engines import ENGINES, HTTP_API_PREFIX, HTTP_LABELS, GaugeSpec, Selector, spellings
 
 BY_TARGET = "target, model"
 _REF = re.compile(r"\[\[([a-zA-Z_:][a-zA-Z0-9_:]*)\]\]")
 _SUMMARIES = {"ttft": "inference_ttft_seconds", "tpot": "inference_tpot_seconds",
-              "e2e": "inference_e2e_latency_seconds", "queue": "inference_queue_time_seconds"}
+              "e2e": "inference_e2e_latency_seconds", "queue": "inference_queue_time_seconds",
+              "prefill": "inference_prefill_time_seconds", "decode": "inference_decode_time_seconds",
+              "inference": "inference_request_inference_time_seconds"}
 _RATES = {"requests": "inference_requests_per_second", "prompt_tokens": "inference_prompt_tokens_per_second",
           "generation_tokens": "inference_generation_tokens_per_second",
-          "preemptions": "inference_preemptions_per_second"}
+          "preemptions": "inference_preemptions_per_second", "aborts": "inference_aborted_requests_per_second"}
 _GAUGES = {"running": "inference_requests_running", "waiting": "inference_requests_waiting",
            "kv_cache": "inference_kv_cache_usage_ratio"}
 
@@ -150,6 +152,7 @@ def window_rules(window: str, baseline: str) -> list[Rule]:
     rules.append(Rule("inference_request_error_ratio", _error_ratio("[[inference:errors:rate]]",
                       "[[inference_requests_per_second]]", "[[inference:http_errors:rate_model]]",
                       "[[inference:http_requests:rate_model]]", "target, model"), w))
+    rules.extend(_ratio_rules(window))
     rules.append(Rule("inference:generation_tokens:rate_baseline",
                       _counter("generation_tokens", baseline, f" offset {window}") or "", w))
     rules.append(Rule("inference_throughput_baseline_ratio", "[[inference_generation_tokens_per_second]] / "
@@ -164,18 +167,40 @@ def window_rules(window: str, baseline: str) -> list[Rule]:
     return rules + _fleet_rules(window)
 
 
+def _ratio_rules(window: str) -> list[Rule]:
+    """Ratios of two counters' rates (prefix-cache hits / lookups, busy seconds / tokens); no series
+    while the denominator's rate is 0, as the monitor gives no sample."""
+    w = {"window": window}
+    rules = []
+    for counter in dict.fromkeys(c for numerator, denominator, _ in RATIOS.values() for c in (numerator, denominator)):
+        if counter in _RATES:
+            continue  # recorded already under its exported name
+        expr = _counter(counter, window)
+        if expr:
+            rules.append(Rule(f"inference:{counter}:rate", expr, w))
+    for ours, (numerator, denominator, added) in RATIOS.items():
+        ratio = f"[[{_rate_name(numerator)}]] / ([[{_rate_name(denominator)}]] > 0)"
+        rules.append(Rule(f"inference_{ours}", f"{added!r} + {ratio}" if added else ratio, w))
+    return rules
+
+
+def _rate_name(counter: str) -> str:
+    return _RATES.get(counter, f"inference:{counter}:rate")
+
+
 def _http_rules(window: str) -> list[Rule]:
     """HTTP 5xx ratio of the OpenAI API handlers, attributed to a target's model when it serves one."""
-    (sample,) = HTTP_SAMPLES
-    api = f'handler=~"{re.escape(HTTP_API_PREFIX)}.*"'
-    everything = _selector(sample)[:-1] + f", {api}}}"
-    errors = _selector(sample)[:-1] + f', {api}, status=~"5.*"}}'
+    everything, errors = [], []
+    for sample, (route, status) in HTTP_LABELS.items():
+        api = f'{route}=~"{re.escape(HTTP_API_PREFIX)}.*"'
+        everything.append(f"rate({_selector(sample)[:-1]}, {api}}}[{window}])")
+        errors.append(f'rate({_selector(sample)[:-1]}, {api}, {status}=~"5.*"}}[{window}])')
     single = ("([[inference_requests_per_second]] * 0 + 1) and on (target) "
               "(count by (target) ([[inference_requests_per_second]]) == 1)")
     w = {"window": window}
     return [
-        Rule("inference:http_requests:rate", f"sum by (target) (rate({everything}[{window}]))", w),
-        Rule("inference:http_errors:rate", f"sum by (target) (rate({errors}[{window}]))\n"
+        Rule("inference:http_requests:rate", f"sum by (target) ({' or '.join(everything)})", w),
+        Rule("inference:http_errors:rate", f"sum by (target) ({' or '.join(errors)})\n"
              "or on (target)\n[[inference:http_requests:rate]] * 0", w),
         Rule("inference:http_requests:rate_model",
              f"[[inference:http_requests:rate]] * on (target) group_right () ({single})", w),
@@ -206,6 +231,9 @@ def _fleet_rules(window: str) -> list[Rule]:
         total("inference:errors:rate"), total("inference_requests_per_second"),
         total("inference:http_errors:rate_model"), total("inference:http_requests:rate_model"), "model"),
         w, fleet=True))
+    for ours, (numerator, denominator, added) in RATIOS.items():
+        ratio = f"{total(_rate_name(numerator))} / ({total(_rate_name(denominator))} > 0)"
+        rules.append(Rule(f"inference_{ours}", f"{added!r} + {ratio}" if added else ratio, w, fleet=True))
     rules.append(Rule("inference_throughput_baseline_ratio", f"{total('inference_generation_tokens_per_second')}"
                       f" / ({total('inference:generation_tokens:rate_baseline')} > 0)", w, fleet=True))
     for histogram, name in _SUMMARIES.items():

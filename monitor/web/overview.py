@@ -77,7 +77,8 @@ def service_rows(view: ServiceView, configured: bool) -> dict[str, Any]:
     rows = []
     for name, target in sorted(view.targets.items()):
         models = sorted({model for model, w in target.stats if w == window} | set(_gauge_models(target.gauges)))
-        base = {"target": name, "up": target.up, "engine": target.engine, "generation": target.generation}
+        base = {"target": name, "up": target.up, "engine": target.engine, "generation": target.generation,
+                "note": target.note}
         if not models or not target.up:
             rows.append({**base, "model": None})
             continue

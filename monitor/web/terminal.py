@@ -70,6 +70,9 @@ def _service(o: dict[str, Any]) -> Table:
                         for key, objective in _LATENCIES),
                       pct(r.get("error_ratio"), 2), num(r.get("generation_tokens_per_second"), 0),
                       f"{num(r.get('running'), 0)}/{num(r.get('waiting'), 0)}", pct(r.get("kv_cache_ratio")))
+    notes = dict.fromkeys(f"{r['target']}: {r['note']}" for r in s["rows"] if r.get("note"))
+    if notes:
+        table.caption, table.caption_justify = "\n".join(notes), "left"
     return table
 
 

@@ -33,6 +33,14 @@ NO_DATA = {
     ("infrastructure.json", "MIG instance memory used"): "the replayed H200 is not MIG-partitioned",
     ("infrastructure.json", "Uncorrected ECC errors in the range"):
         "the H200 recording holds no ECC counter (NVML and dcgm-exporter readings do)",
+    ("service.json", "Mean prompt time per token (llama.cpp)"):
+        "the demo's engines are vLLM; llama.cpp's busy-time counters: tests/service/test_llamacpp_live.py",
+    ("service.json", "Mean time per generated token (llama.cpp)"):
+        "the demo's engines are vLLM; llama.cpp's busy-time counters: tests/service/test_llamacpp_live.py",
+    ("service.json", "Speculative decoding: draft tokens accepted"):
+        "the simulated vLLM runs without speculative decoding; tests/service/test_real_engine_pages.py",
+    ("service.json", "Speculative decoding: tokens per target step"):
+        "the simulated vLLM runs without speculative decoding; tests/service/test_real_engine_pages.py",
     ("cost.json", "$/token against its baseline"):
         "needs a full trailing baseline window (service.baseline_window, 10 min in the demo) before the window",
 }

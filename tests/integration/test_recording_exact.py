@@ -35,10 +35,18 @@ _ATTRIBUTES = {
     "inference_prompt_tokens_per_second": "prompt_tokens_per_second",
     "inference_generation_tokens_per_second": "generation_tokens_per_second",
     "inference_preemptions_per_second": "preemptions_per_second",
+    "inference_aborted_requests_per_second": "aborted_requests_per_second",
     "inference_throughput_baseline_ratio": "throughput_baseline_ratio",
+    "inference_prefix_cache_hit_ratio": "prefix_cache_hit_ratio",
+    "inference_prompt_seconds_per_token": "prompt_seconds_per_token",
+    "inference_generation_seconds_per_token": "generation_seconds_per_token",
+    "inference_spec_decode_acceptance_ratio": "spec_decode_acceptance_ratio",
+    "inference_spec_decode_acceptance_length": "spec_decode_acceptance_length",
 }
 _SUMMARIES = {"inference_ttft_seconds": "ttft", "inference_tpot_seconds": "tpot",
-              "inference_e2e_latency_seconds": "e2e", "inference_queue_time_seconds": "queue"}
+              "inference_e2e_latency_seconds": "e2e", "inference_queue_time_seconds": "queue",
+              "inference_prefill_time_seconds": "prefill", "inference_decode_time_seconds": "decode",
+              "inference_request_inference_time_seconds": "inference"}
 
 
 def ours(rule: Rule, stats: Any) -> float | None:
@@ -120,4 +128,4 @@ def test_shipped_rules_evaluate_in_prometheus() -> None:
     assert gauges
     unhealthy = [(r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r["health"] != "ok"]
     assert not unhealthy, unhealthy
-    assert sum(len(g["rules"]) for g in groups) == 104
+    assert sum(len(g["rules"]) for g in groups) == 186

@@ -21,6 +21,7 @@ EXPECTED = {
     "vllm_multiproc.prom": ("vllm", "v1"),
     "sglang.prom": ("sglang", "v0.4+"),
     "tgi.prom": ("tgi", "v1+"),
+    "llamacpp.prom": ("llamacpp", "server"),
 }
 
 
@@ -34,8 +35,9 @@ def spec_for(engine: str, generation: str) -> EngineSpec:
 
 
 def missing_from(spec: EngineSpec, page: Page) -> list[str]:
-    """Our metrics for which none of the table's candidates is on the page."""
-    missing = [m for m, sel in spec.counters.items() if not any(s.sample in page.samples for s in sel)]
+    """Our metrics for which none of the table's candidates is on the page (optional ones aside)."""
+    missing = [m for m, sel in spec.counters.items()
+               if m not in spec.optional and not any(s.sample in page.samples for s in sel)]
     missing += [m for m, bases in spec.histograms.items() if not any(f"{b}_bucket" in page.samples for b in bases)]
     missing += [m for m, g in spec.gauges.items() if not any(c in page.samples for c in g.candidates)]
     return missing
@@ -126,3 +128,29 @@ def test_engines_order_and_markers_do_not_collide() -> None:
     assert len(markers) == len(set(markers))
     # Generations of one engine share names: the newer one must be tried first.
     assert ENGINES.index(spec_for("vllm", "v1")) < ENGINES.index(spec_for("vllm", "v0"))
+
+
+def test_a_router_page_is_said_to_be_a_router_not_an_engine() -> None:
+    import asyncio
+
+    import httpx
+
+    from monitor.config import load_settings
+    from monitor.runtime import Monitor
+    from monitor.service.engines import is_router
+
+    text = (FIXTURES / "router_production_stack.prom").read_text()
+    assert is_router(text) and is_router(text.replace("vllm:", "vllm_"))
+    assert not any(is_router(page_text(name)) for name in EXPECTED)
+    settings = load_settings(None, {"infra": {"nvml": {"enabled": "false"}}, "alerting": {"enabled": False},
+                                    "service": {"targets": [{"name": "router", "url": "http://router/metrics"}]}})
+
+    async def run() -> list[dict[str, object]]:
+        client = httpx.AsyncClient(transport=httpx.MockTransport(lambda _: httpx.Response(200, text=text)))
+        monitor = Monitor(settings, client=client)
+        await monitor.run_once()
+        await monitor.aclose()
+        return monitor.service.status()
+
+    (row,) = asyncio.run(run())
+    assert row["engine"] is None and "router" in str(row["error"]) and "not a serving engine" in str(row["error"])

@@ -16,19 +16,28 @@ GOLDEN = FIXTURES / "golden_service.prom"
 
 def scenario_page() -> str:
     base = (FIXTURES / "sample_vllm_v1.prom").read_text()
-    scrapes = {"a": 0, "b": 0}
+    # llama.cpp with a draft model: its speculative-decoding counters are no longer 0.
+    llama = (FIXTURES / "pages" / "llamacpp.prom").read_text()
+    for name, value in (("draft_tokens", 400), ("accepted_tokens", 300), ("drafts", 100)):
+        sample = f"llamacpp:spec_decode_num_{name}_total"
+        llama = llama.replace(f"{sample} 0\n", f"{sample} {value}\n")
+    scrapes = {"a": 0, "b": 0, "llama": 0}
 
     def handler(request: httpx.Request) -> httpx.Response:
         target = request.url.host
         scrapes[target] += 1
         factor = 1 + 0.1 * scrapes[target] * (2 if target == "b" else 1)
+        if target == "llama":  # llama.cpp's counters only; its gauges stay
+            gauges = ("tokens_seconds", "requests_", "slots", "n_tokens_max")
+            return httpx.Response(200, text=grow(llama, factor, skip=gauges, prefix="llamacpp:"))
         return httpx.Response(200, text=grow(base, factor))
 
     clock = [1_767_300_000.0]
     settings = load_settings(None, {"infra": {"nvml": {"enabled": "false"}}, "alerting": {"enabled": False},
                                     "service": {
         "windows": ["30s", "1m"],
-        "targets": [{"name": "vllm-a", "url": "http://a/metrics"}, {"name": "vllm-b", "url": "http://b/metrics"}],
+        "targets": [{"name": "vllm-a", "url": "http://a/metrics"}, {"name": "vllm-b", "url": "http://b/metrics"},
+                    {"name": "llama-edge", "url": "http://llama/metrics", "model": "tiny-llama"}],
     }})
 
     async def run() -> str:

@@ -43,7 +43,7 @@ def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
     promtool = require_binary("promtool")
     result = subprocess.run([promtool, "check", "rules", str(SHIPPED)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 104 rules found" in result.stdout
+    assert "SUCCESS: 186 rules found" in result.stdout
 
 
 def test_every_name_of_every_engine_is_read_in_both_spellings() -> None:
@@ -67,7 +67,9 @@ def test_every_window_has_the_service_series_per_target_and_fleet() -> None:
                  "inference_prompt_tokens_per_second", "inference_generation_tokens_per_second",
                  "inference_preemptions_per_second", "inference_throughput_baseline_ratio",
                  "inference_ttft_seconds", "inference_tpot_seconds", "inference_e2e_latency_seconds",
-                 "inference_queue_time_seconds", "inference_slo_attainment_ratio"):
+                 "inference_queue_time_seconds", "inference_slo_attainment_ratio",
+                 "inference_prefix_cache_hit_ratio", "inference_prompt_seconds_per_token",
+                 "inference_generation_seconds_per_token"):
         assert (name, False) in exported and (name, True) in exported, name
     gauges = {r["record"] for r in groups[1]["rules"]}
     assert gauges == {"inference_target_up", "inference_requests_running", "inference_requests_waiting",
