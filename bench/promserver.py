@@ -24,12 +24,14 @@ class PrometheusServer:
     """`prometheus` with a generated config scraping `jobs` ({job: [host:port/path urls]})."""
 
     def __init__(self, jobs: dict[str, list[str]], interval: str = "1s", binary: str | None = None,
-                 rule_files: list[Path] | None = None, evaluation_interval: str | None = None) -> None:
+                 rule_files: list[Path] | None = None, evaluation_interval: str | None = None,
+                 alertmanagers: list[str] | None = None) -> None:
         self.binary = binary or shutil.which("prometheus") or "prometheus"
         self.jobs = jobs
         self.interval = interval
         self.rule_files = rule_files or []  # alert rules Prometheus evaluates (GET /api/v1/alerts)
         self.evaluation_interval = evaluation_interval or interval
+        self.alertmanagers = alertmanagers or []  # host:port of Alertmanagers it sends firing alerts to
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="infermon-prom-"))
         self.process: subprocess.Popen[bytes] | None = None
@@ -53,6 +55,8 @@ class PrometheusServer:
         if self.rule_files:
             config["global"]["evaluation_interval"] = self.evaluation_interval
             config["rule_files"] = [str(path) for path in self.rule_files]
+        if self.alertmanagers:
+            config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": self.alertmanagers}]}]}
         return config
 
     def start(self) -> PrometheusServer:
