@@ -251,6 +251,7 @@ class Monitor:
                     "targets": self.service.status(),
                     "file_sd": self.service.discovery.status() if self.service.discovery else None,
                     "schedule": self.spreader.status() if self.spreader else None,
+                    "shard": shard.model_dump() if (shard := self.service.settings.shard) else None,
                 },
                 "infra": self.infra.status(),
                 "quality": self.quality.status(),
