@@ -117,7 +117,7 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef("inference_monitor_last_success_timestamp_seconds", "gauge", ("collector", "target"), "Unix time of the collector's last successful run.", "self"),
         MetricDef("inference_monitor_scrape_lag_seconds", "gauge", ("collector",), "How far behind schedule the collector's scrapes ran over the last interval (start after its slot plus the wait for the parse thread); near 0 while it keeps up.", "service"),
         MetricDef("inference_monitor_scrapes_skipped_total", "counter", ("collector",), "Scrapes not started at their slot because the target's previous scrape was still running or the loop fell behind by a whole interval.", "service"),
-        MetricDef("inference_monitor_event_loop_lag_seconds", "gauge", ("stat",), "How late the event loop woke from a 0.1 s sleep: the last wake-up (stat=last) and the latest minute's largest (stat=max_1m); what /healthz waits too.", "self"),
+        MetricDef("inference_monitor_event_loop_lag_seconds", "gauge", ("stat",), "How late the event loop woke from a 0.1 s sleep: the last wake-up (stat=last) and the latest minute's largest (stat=max_1m): the delay /healthz sees too.", "self"),
         MetricDef("inference_monitor_config_last_reload_successful", "gauge", (), "0 when the last configuration reload (SIGHUP) failed; the running configuration was kept.", "self"),
         # alerting: the embedded evaluator
         MetricDef("inference_monitor_alerts_firing", "gauge", ("severity",), "Alerts the embedded evaluator has firing now, per severity (0 for each severity the rules use).", "alerting"),
