@@ -24,12 +24,15 @@ class PrometheusServer:
     """`prometheus` with a generated config scraping `jobs` ({job: [host:port/path urls]})."""
 
     def __init__(self, jobs: dict[str, list[str]], interval: str = "1s", binary: str | None = None,
-                 rule_files: list[Path] | None = None, evaluation_interval: str | None = None) -> None:
+                 rule_files: list[Path] | None = None, evaluation_interval: str | None = None,
+                 alertmanagers: list[str] | None = None, scrape_configs: list[dict[str, Any]] | None = None) -> None:
         self.binary = binary or shutil.which("prometheus") or "prometheus"
         self.jobs = jobs
         self.interval = interval
         self.rule_files = rule_files or []  # alert rules Prometheus evaluates (GET /api/v1/alerts)
         self.evaluation_interval = evaluation_interval or interval
+        self.alertmanagers = alertmanagers or []  # host:port of Alertmanagers it sends firing alerts to
+        self.scrape_configs = scrape_configs or []  # whole scrape configs (relabelling), beside `jobs`
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="infermon-prom-"))
         self.process: subprocess.Popen[bytes] | None = None
@@ -49,10 +52,13 @@ class PrometheusServer:
                 "metrics_path": paths.pop(),
                 "static_configs": [{"targets": [f"{httpx.URL(u).host}:{httpx.URL(u).port}" for u in urls]}],
             })
+        scrape_configs += self.scrape_configs
         config: dict[str, Any] = {"global": {"scrape_interval": self.interval}, "scrape_configs": scrape_configs}
         if self.rule_files:
             config["global"]["evaluation_interval"] = self.evaluation_interval
             config["rule_files"] = [str(path) for path in self.rule_files]
+        if self.alertmanagers:
+            config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": self.alertmanagers}]}]}
         return config
 
     def start(self) -> PrometheusServer:
@@ -90,6 +96,13 @@ class PrometheusServer:
         response.raise_for_status()
         alerts: list[dict[str, Any]] = response.json()["data"]["alerts"]
         return alerts
+
+    def active_targets(self) -> list[dict[str, Any]]:
+        """GET /api/v1/targets' active targets (after relabelling: a dropped one is not there)."""
+        response = httpx.get(f"{self.url}/api/v1/targets", params={"state": "active"}, timeout=10)
+        response.raise_for_status()
+        targets: list[dict[str, Any]] = response.json()["data"]["activeTargets"]
+        return targets
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

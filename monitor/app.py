@@ -38,6 +38,7 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
                     _add_job(scheduler, monitor, job)
             scheduler.start()
             loops = [asyncio.create_task(_run_loop(monitor, job), name=job.name) for job in monitor.jobs if job.loop]
+            loops.append(asyncio.create_task(monitor.loop_lag.run(), name="loop_lag"))
         try:
             yield
         finally:

@@ -129,6 +129,7 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef("inference_monitor_job_healthy", "gauge", ("job",), "1 while the scheduled job makes progress; 0 when it stopped or its last good step is older than a few intervals (/healthz then fails).", "self"),
         MetricDef("inference_monitor_job_last_progress_timestamp_seconds", "gauge", ("job",), "Unix time the job's last step ended without an error.", "self"),
         MetricDef("inference_monitor_job_errors_total", "counter", ("job",), "Unexpected exceptions caught in the job's steps (each logged; the job went on).", "self"),
+        MetricDef("inference_monitor_event_loop_lag_seconds", "gauge", ("stat",), "How late the event loop woke from a 0.1 s sleep: the last wake-up (stat=last) and the latest minute's largest (stat=max_1m): the delay /healthz sees too.", "self"),
         MetricDef("inference_monitor_config_last_reload_successful", "gauge", (), "0 when the last configuration reload (SIGHUP) failed; the running configuration was kept.", "self"),
         # alerting: the embedded evaluator
         MetricDef("inference_monitor_alerts_firing", "gauge", ("severity",), "Alerts the embedded evaluator has firing now, per severity (0 for each severity the rules use).", "alerting"),

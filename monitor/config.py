@@ -155,6 +155,19 @@ class SloSettings(_Section):
     tpot: Duration = Field(Duration("50ms"), description="Real-time chat objective for TPOT")
 
 
+class ShardSettings(_Section):
+    """This monitor's share of the targets when several monitors split a fleet (monitor/service/shard.py)."""
+
+    index: int = Field(ge=0, description="This monitor's shard, 0 to count - 1")
+    count: int = Field(ge=1, description="How many monitors share the targets")
+
+    @model_validator(mode="after")
+    def _index_in_range(self) -> ShardSettings:
+        if self.index >= self.count:
+            raise ValueError(f"index {self.index} is not below count {self.count} (shards are 0 to count - 1)")
+        return self
+
+
 class ServiceSettings(_Section):
     scrape_interval: Duration = Field(Duration("15s"), description="How often each target is scraped")
     scrape_timeout: Duration = Field(Duration("10s"), description="Deadline for one whole scrape")
@@ -166,6 +179,9 @@ class ServiceSettings(_Section):
         default_factory=list, description="Prometheus file_sd files (JSON/YAML, globs allowed), followed live"
     )
     slo: SloSettings = Field(default_factory=SloSettings)
+    shard: ShardSettings | None = Field(
+        None, description="Keep only this shard's targets, static and file_sd (hashmod on the target name)"
+    )
 
     @field_validator("windows")
     @classmethod

@@ -38,6 +38,7 @@ from monitor.exporter import ExpositionCache, Renderer, TextWriter, make_registr
 from monitor.health import HealthBook
 from monitor.infra.collector import InfraCollector, import_pynvml
 from monitor.infra.render import render_infra
+from monitor.looplag import LoopLagProbe, render_loop_lag
 from monitor.quality.layer import QualityLayer
 from monitor.quality.render import render_quality
 from monitor.service.collector import ServiceCollector
@@ -150,6 +151,8 @@ class Monitor:
             lambda: render_schedule(self.spreader),
         ]
         renderers.append(lambda: render_delivery(self.delivery))
+        self.loop_lag = LoopLagProbe()  # its task runs under `infermon serve` (monitor/app.py's lifespan)
+        renderers.append(lambda: render_loop_lag(self.loop_lag))
         self.registry = make_registry(renderers)
         self.history = History()  # the overview page's last hour of headline series
         self.writer = TextWriter()
@@ -259,6 +262,7 @@ class Monitor:
                     "targets": self.service.status(),
                     "file_sd": self.service.discovery.status() if self.service.discovery else None,
                     "schedule": self.spreader.status() if self.spreader else None,
+                    "shard": shard.model_dump() if (shard := self.service.settings.shard) else None,
                 },
                 "infra": self.infra.status(),
                 "quality": self.quality.status(),
@@ -273,6 +277,7 @@ class Monitor:
             "jobs": [job.as_dict(self.wall()) for job in list(self.health.jobs.values())],
             "recent_events": self.store.recent_events(20),
             "alerting": self.alerting.status() if self.alerting else {"enabled": False},
+            "event_loop": self.loop_lag.status(),
             "overview": overview(self),  # the numbers of the page at / and of `infermon status`
         }
 

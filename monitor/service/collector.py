@@ -46,6 +46,7 @@ from monitor.service.engines import EngineSpec, detect, is_router, suggest_prefi
 from monitor.service.extract import Snapshot, extract
 from monitor.service.scrape import ScrapeError, fetch_page, fetch_page_core, target_pool
 from monitor.service.series import SeriesStore
+from monitor.service.shard import owned
 
 log = logging.getLogger("monitor.service")
 COLLECTOR = "service"
@@ -156,7 +157,7 @@ class ServiceCollector:
     def _apply(self, wanted: Sequence[Target]) -> None:
         """Keep the states of unchanged targets; start new ones afresh; drop the ones gone."""
         desired: dict[str, Target] = {}
-        for target in wanted:
+        for target in owned(self.settings.shard, wanted):
             if target.name in desired:
                 log.warning("target name %r is used twice: the first one is kept", target.name)
                 continue

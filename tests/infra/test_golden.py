@@ -66,7 +66,8 @@ def test_emitted_families_equal_the_catalog() -> None:
     emitted = {name + "_total" if f"{name}_total" in CATALOG else name for name in emitted}
     expected = {name for name, d in CATALOG.items() if d.layer in ("infra", "self")}
     # This page is made from the collectors alone; the whole Monitor's page (the service golden)
-    # carries the configuration-reload gauge and the scheduled jobs' progress.
+    # carries the configuration-reload gauge, the scheduled jobs' progress and the event-loop lag.
     whole_monitor = {"inference_monitor_config_last_reload_successful", "inference_monitor_job_healthy",
-                     "inference_monitor_job_last_progress_timestamp_seconds", "inference_monitor_job_errors_total"}
+                     "inference_monitor_job_last_progress_timestamp_seconds", "inference_monitor_job_errors_total",
+                     "inference_monitor_event_loop_lag_seconds"}
     assert emitted == expected - whole_monitor
