@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 import uvicorn
 from sqlalchemy.exc import SQLAlchemyError
 
 from monitor.config import ConfigError, Settings, load_settings
+
+if TYPE_CHECKING:
+    from monitor.runtime import Monitor
 
 app = typer.Typer(help="Monitoring for LLM inference clusters: GPUs, engines, quality, cost.",
                   no_args_is_help=True, add_completion=False)
@@ -80,35 +83,83 @@ def demo(
 
 @app.command()
 def check(config: ConfigOption = None) -> None:
-    """Validate the configuration, scrape every target and run every canary probe once."""
-    from monitor.canary.outcome import describe_probe
-    from monitor.runtime import Monitor
-
+    """Validate the configuration, scrape every target and dcgm-exporter and run every canary probe
+    once; exit 1 when one of them fails, 2 when the configuration is wrong."""
     settings = _settings(config)
     typer.echo(f"configuration OK: {len(settings.service.targets)} service target(s)")
     if settings.alerting.enabled:
         _check_rules(settings)
-
-    async def probe() -> bool:
-        monitor = Monitor(settings)
-        try:
-            await monitor.run_once()
-            canaries = await monitor.canary.probe_all()
-        finally:
-            await monitor.aclose()
-        all_up = True
-        for row in monitor.service.status():
-            state = f"up, {row['engine']} {row['generation']}" if row["up"] else f"DOWN: {row['error']}"
-            all_up = all_up and bool(row["up"])
-            typer.echo(f"  {row['name']:<20} {row['url']}  {state}")
-        for name, result in canaries.items():
-            ok = result is not None and result.ok
-            all_up = all_up and ok
-            typer.echo(f"  canary {name:<13} {describe_probe(result)}")
-        return all_up
-
-    if not asyncio.run(probe()):
+    if settings.storage.url.startswith("sqlite:"):  # a check leaves no database file behind
+        settings = settings.model_copy(update={"storage": settings.storage.model_copy(update={"url": "sqlite://"})})
+    notes = _CollectedLog()
+    logging.getLogger().addHandler(notes)
+    logging.getLogger().setLevel(logging.WARNING)
+    try:
+        all_up = asyncio.run(_probe_once(settings))
+    finally:
+        logging.getLogger().removeHandler(notes)
+    for line in notes.lines():
+        typer.echo(f"  note: {line}")
+    if not all_up:
         raise typer.Exit(1)
+
+
+class _CollectedLog(logging.Handler):
+    """The collectors' warnings during a check, kept for the report (not interleaved log lines)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message not in self.messages:
+            self.messages.append(message)
+
+    def lines(self) -> list[str]:
+        return self.messages
+
+
+async def _probe_once(settings: Settings) -> bool:
+    from monitor.canary.outcome import describe_probe
+    from monitor.runtime import Monitor
+    from monitor.service.collector import safe_url
+
+    monitor = Monitor(settings)
+    try:
+        await monitor.run_once()
+        canaries = await monitor.canary.probe_all()
+    finally:
+        await monitor.aclose()
+    all_up = True
+    for row in monitor.service.status():
+        state = f"up, {row['engine']} {row['generation']}" if row["up"] else f"DOWN: {row['error']}"
+        all_up = all_up and bool(row["up"])
+        typer.echo(f"  {row['name']:<20} {row['url']}  {state}")
+    for exporter in monitor.infra.dcgm:
+        up = exporter.error is None and exporter.last_scrape is not None
+        state = f"up, {len(exporter.known)} GPU(s)" if up else f"DOWN: {exporter.error}"
+        all_up = all_up and up
+        typer.echo(f"  dcgm {exporter.target.name:<15} {safe_url(exporter.target.url)}  {state}")
+    for name, result in canaries.items():
+        ok = result is not None and result.ok
+        all_up = all_up and ok
+        typer.echo(f"  canary {name:<13} {describe_probe(result)}")
+    _report_cost(monitor)
+    return all_up
+
+
+def _report_cost(monitor: Monitor) -> None:
+    """Spend, unpriced GPUs and the targets without GPUs (no spend or $/token of their own)."""
+    view = monitor.cost.view
+    if not view.present:
+        return
+    numbers = view.numbers
+    typer.echo(f"  cost: {len(numbers.gpus)} GPU(s), ${numbers.usd_per_hour:.2f}/h"
+               + (f", {len(numbers.unpriced)} without a price (cost.gpu_prices)" if numbers.unpriced else ""))
+    if view.unmapped:
+        typer.echo(f"  cost: not mapped to GPUs: {', '.join(view.unmapped)}: no spend or $/1M tokens of their own "
+                   "(the fleet's $/1M tokens counts them); set node, gpus or pod on them in service.targets")
 
 
 @app.command()

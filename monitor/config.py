@@ -161,6 +161,20 @@ class ServiceSettings(_Section):
             raise ValueError(f"duplicate target names: {duplicates}")
         return value
 
+    @model_validator(mode="after")
+    def _fits_the_interval(self) -> ServiceSettings:
+        # A scrape outliving the interval overlaps the next one; a rate needs two scrapes in its window.
+        interval = self.scrape_interval
+        if "scrape_timeout" not in self.model_fields_set and self.scrape_timeout.seconds > interval.seconds:
+            self.scrape_timeout = interval  # the default deadline, shortened to a short interval
+        if self.scrape_timeout.seconds > interval.seconds:
+            raise ValueError(f"scrape_timeout {self.scrape_timeout} is longer than scrape_interval {interval}")
+        short = [w.text for w in self.windows if w.seconds < 2 * interval.seconds]
+        if short:
+            raise ValueError(f"windows {short} hold fewer than two scrapes at scrape_interval {interval} "
+                             "(a rate needs two)")
+        return self
+
 
 class NvmlSettings(_Section):
     enabled: Literal["auto", "true", "false"] = "auto"
@@ -549,7 +563,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
@@ -557,14 +571,28 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return loaded
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's reason with the line and column, without its `in "<unicode string>"`."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}{problem}" + (f" ({context})" if context else "")
+
+
 def _describe(exc: ValidationError, path: str | Path | None) -> str:
-    where = f"{path}: " if path else ""
+    from monitor.settings_keys import env_var_for, suggest
+
     lines = []
     for error in exc.errors():
-        key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        loc = error["loc"]
+        key = ".".join(str(part) for part in loc) or "(top level)"
         reason = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
-            reason = "unknown key"
+            near = suggest(loc)
+            reason = f"unknown key (did you mean {near!r}?)" if near else "unknown key"
+        variable = env_var_for(loc, os.environ) if loc else None
+        where = f"{variable} (environment): " if variable else f"{path}: " if path else ""
         lines.append(f"{where}{key}: {reason}")
     return "\n".join(lines)
 

@@ -55,12 +55,11 @@ def demo_settings(sim_url: str, port: int, extra: dict[str, Any] | None = None) 
         "canary": {"probes": [{"name": "demo-chat", "base_url": f"{sim_url}/v1", "model": DEFAULT_MODEL,
                                "interval": "15s", "timeout": "10s", "target": "vllm-sim",
                                "expect": "simulated"}]},
-        # The H200 has no default price: a demo value. Two fleets the monitor cannot see: Ascend
-        # GPUs priced in CNY, and a workstation GPU nobody priced (inference_cost_price_known 0).
+        # Every GPU at its default price (monitor.cost.prices). Two fleets the monitor cannot see:
+        # Ascend GPUs, whose default is in CNY (hence the exchange rate), and a workstation's 4090.
         "cost": {
             "daily_budget_usd": 50,
             "cny_per_usd": 7.1,
-            "gpu_prices": {"H200": {"usd_per_hour": 3.5}, "Ascend 910C": {"cny_per_hour": 10}},
             "static_gpus": [{"model": "Ascend 910C", "count": 8, "node": "rack-cn"},
                             {"model": "NVIDIA GeForce RTX 4090", "count": 1, "node": "workstation"}],
         },
@@ -162,7 +161,7 @@ inference-monitor demo (the engine is a SIMULATOR of a vLLM server, driven at {D
   quality   a SIMULATED judge scores the simulator's answers (request log); within the first
             minute: inference_quality_* and http://127.0.0.1:{port}/reports/quality/<today>
   canary    one streamed chat every 15 s through the simulator's API (inference_canary_*)
-  cost      http://127.0.0.1:{port}/api/v1/cost   (H200 at a demo $3.5/h, static Ascend + RTX 4090 fleets)
+  cost      http://127.0.0.1:{port}/api/v1/cost   (default prices: H200 $3.5/h, static Ascend + RTX 4090 fleets)
 Numbers appear within ~15 s; a 30-minute fault cycle shows each probable cause of an alert once
 (from minute 3, every 3 minutes); alerts are delivered to a webhook sink the demo runs (one log line each).
 Ctrl-C stops.

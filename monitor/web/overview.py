@@ -144,6 +144,9 @@ def cost_summary(view: CostView) -> dict[str, Any]:
     return {"configured": view.present, "usd_per_hour": n.usd_per_hour if view.present else None,
             "idle_usd_per_hour": n.idle_usd_per_hour, "idle_ratio": n.idle_ratio,
             "per_million": [{"model": m, "window": w, "tokens": t, "usd": usd} for m, w, t, usd in per_million],
+            "fleet_per_million": [{"window": w, "tokens": t, "usd": usd}
+                                  for (w, t), usd in sorted(n.fleet_per_million.items())],
+            "unmapped_targets": view.unmapped,
             "day": view.day, "today_usd": view.today.get(FLEET) if view.present else None,
             "budget_usd": view.budget_usd, "budget_used_ratio": view.budget_used_ratio if view.present else None,
             "unpriced_gpus": len(n.unpriced)}
