@@ -16,8 +16,25 @@ from monitor.config import ConfigError, Settings, load_settings
 if TYPE_CHECKING:
     from monitor.runtime import Monitor
 
+# Plain (click) help: typer's rich panels print `<bool>` beside every flag and keep docstring line breaks.
 app = typer.Typer(help="Monitoring for LLM inference clusters: GPUs, engines, quality, cost.",
-                  no_args_is_help=True, add_completion=False)
+                  no_args_is_help=True, add_completion=False, rich_markup_mode=None)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"infermon {version('inference-monitor')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit")] = False,
+) -> None:
+    """Monitoring for LLM inference clusters: GPUs, engines, quality, cost."""
 
 ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="YAML configuration file")]
 
@@ -74,7 +91,10 @@ def demo(
     port: Annotated[int, typer.Option(help="Port of the monitor")] = 9480,
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds")] = None,
 ) -> None:
-    """The monitor against a simulated vLLM server under load (no GPU, nothing to install)."""
+    """The monitor on a simulated vLLM server under load.
+
+    No GPU and nothing else to install: a simulator, a replayed H200, a simulated judge and a
+    webhook sink, all on loopback ports. A run shorter than 4 minutes ends before the first fault."""
     from monitor.demo import run_demo
 
     _logging("info")
@@ -83,8 +103,10 @@ def demo(
 
 @app.command()
 def check(config: ConfigOption = None) -> None:
-    """Validate the configuration, scrape every target and dcgm-exporter and run every canary probe
-    once; exit 1 when one of them fails, 2 when the configuration is wrong."""
+    """Validate the configuration; try every source once.
+
+    Scrapes every service target and dcgm-exporter and runs every canary probe once; exit 1 when
+    one of them fails, 2 when the configuration is wrong. Writes no database file."""
     settings = _settings(config)
     typer.echo(f"configuration OK: {len(settings.service.targets)} service target(s)")
     if settings.alerting.enabled:
@@ -166,8 +188,10 @@ def _report_cost(monitor: Monitor) -> None:
 def status(
     url: Annotated[str, typer.Option(help="The running monitor")] = "http://127.0.0.1:9480",
 ) -> None:
-    """The overview of a running monitor; exit 0 when every layer is fine, 1 when something is
-    down or firing, 2 when the monitor cannot be asked."""
+    """The overview of a running monitor, in the terminal.
+
+    Exit 0 when every layer is fine, 1 when something is down or firing, 2 when the monitor
+    cannot be asked."""
     from rich.console import Console
 
     from monitor.web.terminal import StatusError, exit_code, fetch_overview, print_overview

@@ -106,7 +106,7 @@ async def run_demo(port: int = 9480, duration: float | None = None) -> None:
                       max_tokens=(32, 256), drain_timeout_s=5.0)
     tasks.append(asyncio.create_task(scheduled_load(sim_url, sim, load), name="load"))
     tasks.append(asyncio.create_task(_long_prompt_bursts(sim_url), name="long-prompts"))
-    _banner(port, sim_url)
+    _banner(port, sim_url, sink_port, duration)
     try:
         if duration is None:
             await asyncio.gather(*tasks)
@@ -150,7 +150,10 @@ def demo_alerting(sink_port: int) -> dict[str, Any]:
                            "group_wait": "5s", "group_interval": "30s"}]}
 
 
-def _banner(port: int, sim_url: str) -> None:
+FIRST_FAULT_S = 180.0  # monitor.sim.faults.demo_schedule: the first fault starts at minute 3
+
+
+def _banner(port: int, sim_url: str, sink_port: int, duration: float | None) -> None:
     print(f"""
 inference-monitor demo (the engine is a SIMULATOR of a vLLM server, driven at {DEMO_RPS:g} req/s)
   overview  http://127.0.0.1:{port}/      (or `infermon status --url http://127.0.0.1:{port}`)
@@ -162,10 +165,18 @@ inference-monitor demo (the engine is a SIMULATOR of a vLLM server, driven at {D
             minute: inference_quality_* and http://127.0.0.1:{port}/reports/quality/<today>
   canary    one streamed chat every 15 s through the simulator's API (inference_canary_*)
   cost      http://127.0.0.1:{port}/api/v1/cost   (default prices: H200 $3.5/h, static Ascend + RTX 4090 fleets)
+  alerts    delivered to the demo's webhook sink on http://127.0.0.1:{sink_port}/hook; what it got:
+            http://127.0.0.1:{sink_port}/ (and the overview's notifications list)
 Numbers appear within ~15 s; a 30-minute fault cycle shows each probable cause of an alert once
-(from minute 3, every 3 minutes); alerts are delivered to a webhook sink the demo runs (one log line each).
-Ctrl-C stops.
-""", flush=True)
+(from minute 3, every 3 minutes). Ctrl-C stops.
+""" + _short_run_note(duration), flush=True)
+
+
+def _short_run_note(duration: float | None) -> str:
+    if duration is None or duration >= FIRST_FAULT_S + 60:
+        return ""
+    return (f"This run stops after {duration:g} s, before the first fault (minute 3) has raised an alert: it shows\n"
+            "the four layers' numbers and the pending infra alerts only. --duration 600 shows the first causes.\n")
 
 
 DEMO_SAMPLES = 100

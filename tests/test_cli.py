@@ -167,3 +167,21 @@ def test_demo_shows_service_numbers(tmp_path: Path) -> None:
         finally:
             if process.poll() is None:
                 process.kill()
+
+
+def test_version_and_plain_help(tmp_path: Path) -> None:
+    version = subprocess.run(infermon("--version"), capture_output=True, text=True, timeout=60, check=False)
+    assert version.returncode == 0 and version.stdout.startswith("infermon 0.")
+    for command in ((), ("serve",), ("demo",), ("check",), ("quality", "run")):
+        shown = subprocess.run(infermon(*command, "--help"), capture_output=True, text=True, timeout=60, check=False)
+        assert shown.returncode == 0 and "Usage:" in shown.stdout
+        assert "<bool>" not in shown.stdout, command
+
+
+def test_make_demo_installs_the_package_without_the_dev_tools(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    plan = subprocess.run(["make", "-n", "-C", str(root), "demo", f"VENV={tmp_path / 'venv'}"], capture_output=True,
+                          text=True, timeout=60, check=True).stdout
+    installs = [line for line in plan.splitlines() if "pip install" in line and "--upgrade pip" not in line]
+    assert installs == [f"{tmp_path / 'venv'}/bin/python -m pip install -q -e ."]
+    assert "[dev]" not in plan
