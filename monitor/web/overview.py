@@ -46,6 +46,7 @@ def overview(monitor: Monitor) -> dict[str, Any]:
         and not any(a["state"] == "firing" for a in alerts["active"]),
         "layers": layers,
         **sections,
+        "canary": canary_rows(monitor.canary.status()),
         "alerts": alerts,
         "events": monitor.store.recent_events(EVENTS),
         "charts": charts(monitor.history, now),
@@ -136,6 +137,13 @@ def quality_rows(view: QualityView) -> dict[str, Any]:
                      "psi": s.get("psi"), "length_change_ratio": s.get("output_length_mean_change_ratio"),
                      "report": f"/reports/quality/{result.date}"})
     return {"configured": bool(rows), "rows": rows, "judge_cost_usd_total": view.judge_cost_usd_total}
+
+
+def canary_rows(status: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each probe's last outcome: the service as a user sees it, next to the engine's own numbers."""
+    keys = ("name", "model", "target", "up", "outcome", "detail", "last_probe", "ttft_seconds", "ttft_gap_seconds",
+            "e2e_seconds", "consecutive_failures")
+    return [{key: probe.get(key) for key in keys} for probe in status.get("probes", [])]
 
 
 def cost_summary(view: CostView) -> dict[str, Any]:
