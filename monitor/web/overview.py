@@ -169,7 +169,8 @@ def _alerts(monitor: Monitor) -> dict[str, Any]:
     rows = [{**a, "layer": _ALERT_LAYER.get(a["labels"].get("layer", ""), a["labels"].get("layer")),
              "name": a["labels"].get("alertname", ""),
              "probable_cause": a["annotations"].get("probable_cause"),
-             "deliveries": delivered.get(_key(a["labels"]), {})} for a in active]
+             # a pending alert has sent nothing: what an earlier firing of it got is not its delivery
+             "deliveries": delivered.get(_key(a["labels"]), {}) if a["state"] == "firing" else {}} for a in active]
     rows.sort(key=lambda a: (a["state"] != "firing", a["name"]))
     return {"enabled": monitor.alerting is not None, "active": rows, "recent": recent[:TRANSITIONS]}
 
