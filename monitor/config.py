@@ -329,6 +329,10 @@ class AlertingSettings(_Section):
     )
     evaluation_interval: Duration = Field(Duration("15s"))
     external_url: str | None = Field(None, description="This monitor's URL as users reach it (generatorURL)")
+    runbook_base_url: str | None = Field(
+        None, description="Prefix that turns runbook paths (docs/runbooks/...) into links, e.g. "
+        "https://github.com/acme/inference-monitor/blob/main/"
+    )
     receivers: list[ReceiverSettings] = Field(default_factory=list)
     causes: CauseSettings = Field(default_factory=CauseSettings, description="Probable-cause thresholds")
 

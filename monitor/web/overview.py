@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from monitor.alerting.runbooks import with_runbook_link
 from monitor.cost.collector import FLEET, CostView
 from monitor.health import HealthBook
 from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuState, InfraView
@@ -166,7 +167,9 @@ def _alerts(monitor: Monitor) -> dict[str, Any]:
     delivered: dict[str, dict[str, str]] = {}
     for row in reversed(recent):  # oldest first: the newest transition of an alert wins
         delivered[_key(row["labels"])] = row["deliveries"]
-    rows = [{**a, "layer": _ALERT_LAYER.get(a["labels"].get("layer", ""), a["labels"].get("layer")),
+    base = monitor.settings.alerting.runbook_base_url
+    rows = [{**a, "annotations": with_runbook_link(a["annotations"], base),
+             "layer": _ALERT_LAYER.get(a["labels"].get("layer", ""), a["labels"].get("layer")),
              "name": a["labels"].get("alertname", ""),
              "probable_cause": a["annotations"].get("probable_cause"),
              # a pending alert has sent nothing: what an earlier firing of it got is not its delivery
