@@ -2,14 +2,22 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# `make demo` needs only the package: no pytest, mypy, playwright or psycopg (the dev extra).
+DEMO_STAMP := $(VENV)/.demo-stamp
 
 .PHONY: demo test lint bench tools clean dashboards llama-server
+
+$(DEMO_STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $(DEMO_STAMP)
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
 # The real prometheus/promtool binaries the integration tests compare against (Debian package).
 tools:
@@ -33,7 +41,7 @@ tools:
 	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	  else echo "install the Debian packages 'chromium' and 'chromium-driver' for the browser tests"; fi; }
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/infermon demo $(DEMO_ARGS)
 
 # The tests' real llama-server: built once per machine (~20 min on 2 cores), reused after. Under CI

@@ -112,7 +112,7 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef("inference_cost_usd_per_hour", "gauge", ("target", "model"), "Spend rate of the priced GPUs: fleet-wide (no labels), per target and per model of the mapped targets.", "cost"),
         MetricDef("inference_cost_idle_usd_per_hour", "gauge", (), "Spend on idle GPU time: sum of price x (1 - utilization) over the GPUs with a reading.", "cost"),
         MetricDef("inference_cost_idle_ratio", "gauge", (), "Idle spend divided by the spend of the same GPUs (those with a utilization reading).", "cost"),
-        MetricDef("inference_cost_usd_per_million_tokens", "gauge", ("model", "window", "tokens"), "Spend of the model's GPUs / its token throughput over the window, per 1M tokens (generated, or all = prompt + generated).", "cost"),
+        MetricDef("inference_cost_usd_per_million_tokens", "gauge", ("model", "window", "tokens"), "Spend of the model's GPUs / its token throughput over the window, per 1M tokens (generated, or all = prompt + generated); without a model label: the fleet's spend / every target's tokens, once every GPU is priced.", "cost"),
         MetricDef("inference_cost_per_token_baseline_ratio", "gauge", ("model", "window"), "$/1M generated tokens over the window divided by the same over the trailing baseline before it.", "cost"),
         MetricDef("inference_cost_expensive_request_ratio", "gauge", ("model", "window", "tokens"), "Share of the window's requests whose prompt (tokens=prompt) or output (tokens=generated) length exceeds cost.expensive_factor x the baseline's P99.", "cost"),
         MetricDef("inference_cost_usd_total", "counter", ("target", "model"), "Cumulative spend (persisted across restarts): fleet-wide, per target, per model.", "cost"),

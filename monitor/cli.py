@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 import uvicorn
@@ -14,8 +14,28 @@ from sqlalchemy.exc import SQLAlchemyError
 from monitor.config import ConfigError, Settings, load_settings
 from monitor.redaction import redact_logs
 
+if TYPE_CHECKING:
+    from monitor.runtime import Monitor
+
+# Plain (click) help: typer's rich panels print `<bool>` beside every flag and keep docstring line breaks.
 app = typer.Typer(help="Monitoring for LLM inference clusters: GPUs, engines, quality, cost.",
-                  no_args_is_help=True, add_completion=False)
+                  no_args_is_help=True, add_completion=False, rich_markup_mode=None)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"infermon {version('inference-monitor')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit")] = False,
+) -> None:
+    """Monitoring for LLM inference clusters: GPUs, engines, quality, cost."""
 
 ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="YAML configuration file")]
 
@@ -73,7 +93,10 @@ def demo(
     port: Annotated[int, typer.Option(help="Port of the monitor")] = 9480,
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds")] = None,
 ) -> None:
-    """The monitor against a simulated vLLM server under load (no GPU, nothing to install)."""
+    """The monitor on a simulated vLLM server under load.
+
+    No GPU and nothing else to install: a simulator, a replayed H200, a simulated judge and a
+    webhook sink, all on loopback ports. A run shorter than 4 minutes ends before the first fault."""
     from monitor.demo import run_demo
 
     _logging("info")
@@ -82,45 +105,97 @@ def demo(
 
 @app.command()
 def check(config: ConfigOption = None) -> None:
-    """Validate the configuration, scrape every target and run every canary probe once."""
-    from monitor.canary.outcome import describe_probe
-    from monitor.runtime import Monitor
+    """Validate the configuration; try every source once.
 
+    Scrapes every service target and dcgm-exporter and runs every canary probe once; exit 1 when
+    one of them fails, 2 when the configuration is wrong. Writes no database file."""
     settings = _settings(config)
     typer.echo(f"configuration OK: {len(settings.service.targets)} service target(s)")
     if settings.alerting.enabled:
         _check_rules(settings)
-
-    async def probe() -> bool:
-        monitor = Monitor(settings)
-        try:
-            await monitor.run_once()
-            canaries = await monitor.canary.probe_all()
-        finally:
-            await monitor.aclose()
-        all_up = True
-        for row in monitor.service.status():
-            state = f"up, {row['engine']} {row['generation']}" if row["up"] else f"DOWN: {row['error']}"
-            all_up = all_up and bool(row["up"])
-            typer.echo(f"  {row['name']:<20} {row['url']}  {state}")
-            if row["up"] and row["note"]:
-                typer.echo(f"  {'':<20} {row['note']}")
-        for name, result in canaries.items():
-            ok = result is not None and result.ok
-            all_up = all_up and ok
-            typer.echo(f"  canary {name:<13} {describe_probe(result)}")
-        return all_up
-
-    if not asyncio.run(probe()):
+    if settings.storage.url.startswith("sqlite:"):  # a check leaves no database file behind
+        settings = settings.model_copy(update={"storage": settings.storage.model_copy(update={"url": "sqlite://"})})
+    notes = _CollectedLog()
+    logging.getLogger().addHandler(notes)
+    logging.getLogger().setLevel(logging.WARNING)
+    try:
+        all_up = asyncio.run(_probe_once(settings))
+    finally:
+        logging.getLogger().removeHandler(notes)
+    for line in notes.lines():
+        typer.echo(f"  note: {line}")
+    if not all_up:
         raise typer.Exit(1)
+
+
+class _CollectedLog(logging.Handler):
+    """The collectors' warnings during a check, kept for the report (not interleaved log lines)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message not in self.messages:
+            self.messages.append(message)
+
+    def lines(self) -> list[str]:
+        return self.messages
+
+
+async def _probe_once(settings: Settings) -> bool:
+    from monitor.canary.outcome import describe_probe
+    from monitor.redaction import safe_url
+    from monitor.runtime import Monitor
+
+    monitor = Monitor(settings)
+    try:
+        await monitor.run_once()
+        canaries = await monitor.canary.probe_all()
+    finally:
+        await monitor.aclose()
+    all_up = True
+    for row in monitor.service.status():
+        state = f"up, {row['engine']} {row['generation']}" if row["up"] else f"DOWN: {row['error']}"
+        all_up = all_up and bool(row["up"])
+        typer.echo(f"  {row['name']:<20} {row['url']}  {state}")
+        if row["up"] and row["note"]:
+            typer.echo(f"  {'':<20} {row['note']}")
+    for exporter in monitor.infra.dcgm:
+        up = exporter.error is None and exporter.last_scrape is not None
+        state = f"up, {len(exporter.known)} GPU(s)" if up else f"DOWN: {exporter.error}"
+        all_up = all_up and up
+        typer.echo(f"  dcgm {exporter.target.name:<15} {safe_url(exporter.target.url)}  {state}")
+    for name, result in canaries.items():
+        ok = result is not None and result.ok
+        all_up = all_up and ok
+        typer.echo(f"  canary {name:<13} {describe_probe(result)}")
+    _report_cost(monitor)
+    return all_up
+
+
+def _report_cost(monitor: Monitor) -> None:
+    """Spend, unpriced GPUs and the targets without GPUs (no spend or $/token of their own)."""
+    view = monitor.cost.view
+    if not view.present:
+        return
+    numbers = view.numbers
+    typer.echo(f"  cost: {len(numbers.gpus)} GPU(s), ${numbers.usd_per_hour:.2f}/h"
+               + (f", {len(numbers.unpriced)} without a price (cost.gpu_prices)" if numbers.unpriced else ""))
+    if view.unmapped:
+        typer.echo(f"  cost: not mapped to GPUs: {', '.join(view.unmapped)}: no spend or $/1M tokens of their own "
+                   "(the fleet's $/1M tokens counts them); set node, gpus or pod on them in service.targets")
 
 
 @app.command()
 def status(
     url: Annotated[str, typer.Option(help="The running monitor")] = "http://127.0.0.1:9480",
 ) -> None:
-    """The overview of a running monitor; exit 0 when every layer is fine, 1 when something is
-    down or firing, 2 when the monitor cannot be asked."""
+    """The overview of a running monitor, in the terminal.
+
+    Exit 0 when every layer is fine, 1 when something is down or firing, 2 when the monitor
+    cannot be asked."""
     from rich.console import Console
 
     from monitor.web.terminal import StatusError, exit_code, fetch_overview, print_overview

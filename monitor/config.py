@@ -202,6 +202,20 @@ class ServiceSettings(_Section):
             raise ValueError(f"duplicate target names: {duplicates}")
         return value
 
+    @model_validator(mode="after")
+    def _fits_the_interval(self) -> ServiceSettings:
+        # A scrape outliving the interval overlaps the next one; a rate needs two scrapes in its window.
+        interval = self.scrape_interval
+        if "scrape_timeout" not in self.model_fields_set and self.scrape_timeout.seconds > interval.seconds:
+            self.scrape_timeout = interval  # the default deadline, shortened to a short interval
+        if self.scrape_timeout.seconds > interval.seconds:
+            raise ValueError(f"scrape_timeout {self.scrape_timeout} is longer than scrape_interval {interval}")
+        short = [w.text for w in self.windows if w.seconds < 2 * interval.seconds]
+        if short:
+            raise ValueError(f"windows {short} hold fewer than two scrapes at scrape_interval {interval} "
+                             "(a rate needs two)")
+        return self
+
 
 class NvmlSettings(_Section):
     enabled: Literal["auto", "true", "false"] = "auto"
@@ -363,6 +377,10 @@ class AlertingSettings(_Section):
     )
     evaluation_interval: Duration = Field(Duration("15s"))
     external_url: str | None = Field(None, description="This monitor's URL as users reach it (generatorURL)")
+    runbook_base_url: str | None = Field(
+        None, description="Prefix that turns runbook paths (docs/runbooks/...) into links, e.g. "
+        "https://github.com/acme/inference-monitor/blob/main/"
+    )
     receivers: list[ReceiverSettings] = Field(default_factory=list)
     causes: CauseSettings = Field(default_factory=CauseSettings, description="Probable-cause thresholds")
 
@@ -622,13 +640,18 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
 
 
 def _describe(exc: ValidationError, path: str | Path | None) -> str:
-    where = f"{path}: " if path else ""
+    from monitor.settings_keys import env_var_for, suggest
+
     lines = []
     for error in exc.errors():
-        key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        loc = error["loc"]
+        key = ".".join(str(part) for part in loc) or "(top level)"
         reason = redact_urls(error["msg"].removeprefix("Value error, "))
         if error["type"] == "extra_forbidden":
-            reason = "unknown key"
+            near = suggest(loc)
+            reason = f"unknown key (did you mean {near!r}?)" if near else "unknown key"
+        variable = env_var_for(loc, os.environ) if loc else None
+        where = f"{variable} (environment): " if variable else f"{path}: " if path else ""
         lines.append(f"{where}{key}: {reason}")
     return "\n".join(lines)
 

@@ -55,12 +55,11 @@ def demo_settings(sim_url: str, port: int, extra: dict[str, Any] | None = None) 
         "canary": {"probes": [{"name": "demo-chat", "base_url": f"{sim_url}/v1", "model": DEFAULT_MODEL,
                                "interval": "15s", "timeout": "10s", "target": "vllm-sim",
                                "expect": "simulated"}]},
-        # The H200 has no default price: a demo value. Two fleets the monitor cannot see: Ascend
-        # GPUs priced in CNY, and a workstation GPU nobody priced (inference_cost_price_known 0).
+        # Every GPU at its default price (monitor.cost.prices). Two fleets the monitor cannot see:
+        # Ascend GPUs, whose default is in CNY (hence the exchange rate), and a workstation's 4090.
         "cost": {
             "daily_budget_usd": 50,
             "cny_per_usd": 7.1,
-            "gpu_prices": {"H200": {"usd_per_hour": 3.5}, "Ascend 910C": {"cny_per_hour": 10}},
             "static_gpus": [{"model": "Ascend 910C", "count": 8, "node": "rack-cn"},
                             {"model": "NVIDIA GeForce RTX 4090", "count": 1, "node": "workstation"}],
         },
@@ -107,7 +106,7 @@ async def run_demo(port: int = 9480, duration: float | None = None) -> None:
                       max_tokens=(32, 256), drain_timeout_s=5.0)
     tasks.append(asyncio.create_task(scheduled_load(sim_url, sim, load), name="load"))
     tasks.append(asyncio.create_task(_long_prompt_bursts(sim_url), name="long-prompts"))
-    _banner(port, sim_url)
+    _banner(port, sim_url, sink_port, duration)
     try:
         if duration is None:
             await asyncio.gather(*tasks)
@@ -151,7 +150,10 @@ def demo_alerting(sink_port: int) -> dict[str, Any]:
                            "group_wait": "5s", "group_interval": "30s"}]}
 
 
-def _banner(port: int, sim_url: str) -> None:
+FIRST_FAULT_S = 180.0  # monitor.sim.faults.demo_schedule: the first fault starts at minute 3
+
+
+def _banner(port: int, sim_url: str, sink_port: int, duration: float | None) -> None:
     print(f"""
 inference-monitor demo (the engine is a SIMULATOR of a vLLM server, driven at {DEMO_RPS:g} req/s)
   overview  http://127.0.0.1:{port}/      (or `infermon status --url http://127.0.0.1:{port}`)
@@ -162,11 +164,19 @@ inference-monitor demo (the engine is a SIMULATOR of a vLLM server, driven at {D
   quality   a SIMULATED judge scores the simulator's answers (request log); within the first
             minute: inference_quality_* and http://127.0.0.1:{port}/reports/quality/<today>
   canary    one streamed chat every 15 s through the simulator's API (inference_canary_*)
-  cost      http://127.0.0.1:{port}/api/v1/cost   (H200 at a demo $3.5/h, static Ascend + RTX 4090 fleets)
+  cost      http://127.0.0.1:{port}/api/v1/cost   (default prices: H200 $3.5/h, static Ascend + RTX 4090 fleets)
+  alerts    delivered to the demo's webhook sink on http://127.0.0.1:{sink_port}/hook; what it got:
+            http://127.0.0.1:{sink_port}/ (and the overview's notifications list)
 Numbers appear within ~15 s; a 30-minute fault cycle shows each probable cause of an alert once
-(from minute 3, every 3 minutes); alerts are delivered to a webhook sink the demo runs (one log line each).
-Ctrl-C stops.
-""", flush=True)
+(from minute 3, every 3 minutes). Ctrl-C stops.
+""" + _short_run_note(duration), flush=True)
+
+
+def _short_run_note(duration: float | None) -> str:
+    if duration is None or duration >= FIRST_FAULT_S + 60:
+        return ""
+    return (f"This run stops after {duration:g} s, before the first fault (minute 3) has raised an alert: it shows\n"
+            "the four layers' numbers and the pending infra alerts only. --duration 600 shows the first causes.\n")
 
 
 DEMO_SAMPLES = 100

@@ -8,6 +8,9 @@ whose GPUs dcgm-exporter labels (`pod`, a name or a glob, and optionally `namesp
     {name: vllm-c, url: ..., gpus: [0]}                                # GPU 0 of infra.node
     {name: vllm-d, url: ..., pod: "vllm-llama-*", namespace: serving}  # the pod's GPUs
 
+When no target says and every GPU the sources show is on one node (one box serving), every
+target is mapped to that node's GPUs (`mapped_by: single node`): the common case needs no mapping.
+
 The map is resolved against the GPUs the sources show (a pod moves, a node joins), so it is
 recomputed from each inventory; cost uses it for spend per target and model, alert context to
 say which target a GPU alert touches.
@@ -49,6 +52,10 @@ class TopologyMap:
         """The targets a GPU serves (empty for an unassigned GPU)."""
         return self.by_gpu.get((node, gpu), ())
 
+    def unmapped(self, targets: Iterable[str]) -> list[str]:
+        """Of `targets`, those without a GPU: no spend per target, no $/token per model for them."""
+        return [t for t in targets if not self.by_target.get(t)]
+
     def as_dict(self) -> dict[str, object]:
         return {
             "targets": {
@@ -60,15 +67,26 @@ class TopologyMap:
         }
 
 
+SINGLE_NODE = "single node"
+
+
 class Topology:
     def __init__(self, targets: Sequence[ServiceTarget], default_node: str) -> None:
         self.targets = [t for t in targets if t.node is not None or t.gpus is not None or t.pod is not None]
+        self.all_targets = list(targets)
         self.default_node = default_node
 
     def resolve(self, seen: Iterable[SeenGpu]) -> TopologyMap:
         gpus = list(seen)
         known = {(g.node, g.gpu) for g in gpus}
         result = TopologyMap()
+        if not self.targets and len({g.node for g in gpus}) == 1:  # one box: its targets share its GPUs
+            keys = tuple((g.node, g.gpu) for g in gpus)
+            names = tuple(t.name for t in self.all_targets)
+            result.by_target.update({name: keys for name in names})
+            result.how.update({name: SINGLE_NODE for name in names})
+            result.by_gpu.update({key: names for key in keys if names})
+            return result
         for target in self.targets:
             mapped, how = self._gpus_of(target, gpus)
             result.by_target[target.name] = mapped

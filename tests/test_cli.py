@@ -65,6 +65,51 @@ def test_check_scrapes_each_target_once(tmp_path: Path) -> None:
     assert "set metric_prefix: kserve_ on this target" in result.stdout  # KServe's queue-proxy names
 
 
+def test_check_fails_on_a_dead_dcgm_exporter_writes_no_database_and_prints_no_log_lines(tmp_path: Path) -> None:
+    with PageServer() as server:
+        server.set("/metrics", Page(FIXTURE))
+        config = tmp_path / "dcgm.yaml"
+        config.write_text(
+            "infra: {nvml: {enabled: 'false'}, dcgm: {targets: [{name: node-1, url: 'http://127.0.0.1:9/metrics'}]}}\n"
+            "cost: {static_gpus: [{model: Tesla T4, count: 1, node: desk}, {model: NVIDIA H100, count: 1, node: r}]}\n"
+            f"service:\n  targets:\n    - {{name: a, url: '{server.url('/metrics')}'}}\n"
+        )
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("INFERMON_")}
+        result = subprocess.run(infermon("check", "--config", str(config)), capture_output=True, text=True,
+                                env=environ, timeout=60, check=False, cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "dcgm node-1" in result.stdout and "DOWN" in result.stdout
+    assert "without a price" in result.stdout
+    assert "not mapped to GPUs: a" in result.stdout
+    assert "note: GPU desk/0 ('Tesla T4') has no price" in result.stdout  # the warning, as part of the report
+    assert " WARNING " not in result.stdout + result.stderr and "monitor.cost:" not in result.stdout + result.stderr
+    assert list(tmp_path.iterdir()) == [config]  # no ./infermon.db
+
+
+def test_check_blames_the_environment_variable_and_suggests_a_key(tmp_path: Path) -> None:
+    config = tmp_path / "min.yaml"
+    config.write_text("service:\n  windows: [1m]\n")
+    bad_env = {**env(tmp_path), "INFERMON_SERVICE__SCRAPE_INTERVAL": "soon"}
+    result = subprocess.run(infermon("check", "--config", str(config)), capture_output=True, text=True,
+                            env=bad_env, timeout=60, check=False)
+    assert result.returncode == 2
+    assert "INFERMON_SERVICE__SCRAPE_INTERVAL (environment): service.scrape_interval: not a duration" in result.stderr
+    assert "min.yaml" not in result.stderr
+    config.write_text("service:\n  scrape_intervall: 5s\n")
+    result = subprocess.run(infermon("check", "--config", str(config)), capture_output=True, text=True,
+                            env=env(tmp_path), timeout=60, check=False)
+    assert "service.scrape_intervall: unknown key (did you mean 'scrape_interval'?)" in result.stderr
+    config.write_text("service:\n  scrape_interval: 5s\n  scrape_timeout: 30s\n")
+    result = subprocess.run(infermon("check", "--config", str(config)), capture_output=True, text=True,
+                            env=env(tmp_path), timeout=60, check=False)
+    assert result.returncode == 2 and "scrape_timeout 30s is longer than scrape_interval 5s" in result.stderr
+    config.write_text("service:\n  windows: [1m\n")
+    result = subprocess.run(infermon("check", "--config", str(config)), capture_output=True, text=True,
+                            env=env(tmp_path), timeout=60, check=False)
+    assert result.returncode == 2 and f"{config}: not valid YAML: line 3, column 1" in result.stderr
+    assert "<unicode string>" not in result.stderr
+
+
 def test_serve_answers_then_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     port = free_port()
     with PageServer() as server:
@@ -105,7 +150,8 @@ def test_demo_shows_service_numbers(tmp_path: Path) -> None:
                   'inference_canary_up{model="meta-llama/Llama-3.1-8B-Instruct",probe="demo-chat"} 1.0',
                   'inference_canary_ttft_gap_seconds{model="meta-llama/Llama-3.1-8B-Instruct",probe="demo-chat"',
                   'inference_cost_usd_per_million_tokens{model="meta-llama/Llama-3.1-8B-Instruct",tokens="generated"',
-                  'inference_cost_price_known{gpu="0",node="workstation"} 0.0', "inference_cost_idle_usd_per_hour ",
+                  'inference_cost_usd_per_million_tokens{tokens="generated",window="1m"}',  # fleet-wide
+                  'inference_cost_price_known{gpu="0",node="workstation"} 1.0', "inference_cost_idle_usd_per_hour ",
                   "inference_cost_budget_used_ratio "]
         deadline = time.monotonic() + 30
         while True:
@@ -121,3 +167,21 @@ def test_demo_shows_service_numbers(tmp_path: Path) -> None:
         finally:
             if process.poll() is None:
                 process.kill()
+
+
+def test_version_and_plain_help(tmp_path: Path) -> None:
+    version = subprocess.run(infermon("--version"), capture_output=True, text=True, timeout=60, check=False)
+    assert version.returncode == 0 and version.stdout.startswith("infermon 0.")
+    for command in ((), ("serve",), ("demo",), ("check",), ("quality", "run")):
+        shown = subprocess.run(infermon(*command, "--help"), capture_output=True, text=True, timeout=60, check=False)
+        assert shown.returncode == 0 and "Usage:" in shown.stdout
+        assert "<bool>" not in shown.stdout, command
+
+
+def test_make_demo_installs_the_package_without_the_dev_tools(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    plan = subprocess.run(["make", "-n", "-C", str(root), "demo", f"VENV={tmp_path / 'venv'}"], capture_output=True,
+                          text=True, timeout=60, check=True).stdout
+    installs = [line for line in plan.splitlines() if "pip install" in line and "--upgrade pip" not in line]
+    assert installs == [f"{tmp_path / 'venv'}/bin/python -m pip install -q -e ."]
+    assert "[dev]" not in plan

@@ -57,7 +57,7 @@ class Delivery:
         )
         # how long a send may hold a notification: its timeout and a margin
         self.lease = {name: config.timeout.seconds + 5.0 for name, config in configs.items()}
-        self.outbox = Outbox(engine, configs, wall, settings.external_url or "")
+        self.outbox = Outbox(engine, configs, wall, settings.external_url or "", settings.runbook_base_url)
         self.wall = wall
         self.counts: Counter[tuple[str, str]] = Counter()
         self.failing = dict.fromkeys(configs, False)

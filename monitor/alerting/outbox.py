@@ -31,6 +31,7 @@ from monitor.alerting.grouping import (
 )
 from monitor.alerting.model import Alert
 from monitor.alerting.receivers.base import Notification
+from monitor.alerting.runbooks import link_alert
 from monitor.config import ReceiverSettings
 from monitor.store.conflicts import retry_conflicts
 from monitor.store.outbox import AlertTransition, OutboxGroup, OutboxMember, OutboxNotification
@@ -52,11 +53,13 @@ class Outbox:
         receivers: Mapping[str, ReceiverSettings],
         wall: Callable[[], float],
         external_url: str = "",
+        runbook_base_url: str | None = None,
     ) -> None:
         self.engine = engine
         self.receivers = receivers
         self.wall = wall
         self.external_url = external_url
+        self.runbook_base_url = runbook_base_url  # repo-path runbooks become links (alerting/runbooks.py)
 
     # -- writing transitions ----------------------------------------------------------------
 
@@ -223,7 +226,7 @@ class Outbox:
                 return None
             ids = json.loads(row.transition_ids)
             by_id = {t.id: t for t in session.scalars(select(AlertTransition).where(AlertTransition.id.in_(ids)))}
-            alerts = [_alert(by_id[i]) for i in ids if i in by_id]
+            alerts = [link_alert(_alert(by_id[i]), self.runbook_base_url) for i in ids if i in by_id]
             notification = Notification(
                 receiver, row.group_key, json.loads(row.group_labels), alerts, self.external_url, row.truncated_alerts
             )

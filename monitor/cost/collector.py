@@ -39,6 +39,7 @@ class CostView:
     day: str = ""  # today in cost.timezone
     today: dict[str, float] = field(default_factory=dict)  # "fleet" / "idle" -> USD today
     budget_usd: float | None = None
+    unmapped: list[str] = field(default_factory=list)  # service targets without GPUs: no spend or $/token of their own
 
     @property
     def budget_used_ratio(self) -> float | None:
@@ -103,6 +104,7 @@ class CostCollector:
             totals={scope: usd for scope, usd in totals.items() if scope in exported},
             day=day, today=today,
             budget_usd=self.settings.daily_budget_usd,
+            unmapped=topology.unmapped(t.name for t in self.topology.all_targets),
         )
 
     def _warn_unpriced(self, numbers: CostNumbers) -> None:
@@ -110,8 +112,9 @@ class CostCollector:
             key = (cost.gpu.node, cost.gpu.gpu, cost.gpu.model)
             if key not in self.warned:
                 self.warned.add(key)
-                log.warning("GPU %s/%s (%r) has no price: its spend is not counted; add it to cost.gpu_prices",
-                            cost.gpu.node, cost.gpu.gpu, cost.gpu.model or "model unknown")
+                log.warning("GPU %s/%s (%r) has no price: its spend is not counted; %s",
+                            cost.gpu.node, cost.gpu.gpu, cost.gpu.model or "model unknown",
+                            self.prices.why_unpriced(cost.gpu.model))
 
     def _accrue(self, now: float, numbers: CostNumbers, day: str) -> tuple[dict[str, float], dict[str, float]]:
         rates: dict[str, float | None] = {FLEET: numbers.usd_per_hour, IDLE: numbers.idle_usd_per_hour}

@@ -3,13 +3,15 @@
     spend rate        Σ price of the GPUs paid for                         ($/h)
     idle spend        Σ price x (1 - utilization), GPUs with a reading     ($/h)
     $/1M tokens       spend of a model's GPUs / its token throughput x 1e6/3600
+    fleet $/1M        all spend / all tokens of every target (needs no target-to-GPU mapping)
                       (2.5 $/h at 5,200 tokens/s: 2.5 / 3600 / 5200 x 1e6 = 0.1335 $)
     expensive share   share of the window's requests longer than factor x the baseline's P99,
                       from the engines' prompt / generation-length histograms
 
 A GPU shared by several targets splits its price evenly between them, and a target serving
 several models splits its spend evenly between those; nothing is counted twice. A model whose
-mapped GPUs are not all priced has no spend and no $/token: never a guess, never infinity.
+mapped GPUs are not all priced has no spend and no $/token: never a guess, never infinity; the
+fleet's $/token likewise waits until every GPU has a price (a partial spend would read low).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class CostNumbers:
     # (model, window) -> (generated, all) tokens/s of the model's mapped targets
     throughput: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
     per_million: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (model, window, tokens)
+    fleet_per_million: dict[tuple[str, str], float] = field(default_factory=dict)  # (window, tokens)
     baseline_ratio: dict[tuple[str, str], float] = field(default_factory=dict)  # (model, window), generated
     expensive: dict[tuple[str, str, str], Expensive] = field(default_factory=dict)  # (model, window, tokens)
 
@@ -96,6 +99,7 @@ def derive_costs(
     _by_target(out, topology)
     _by_model(out, topology, target_models)
     _per_million(out, topology, target_models, service)
+    _fleet_per_million(out, service)
     for (model, window), stats in service.fleet.items():
         for tokens in LENGTHS:
             found = expensive_share(stats, tokens, expensive_factor)
@@ -154,6 +158,19 @@ def _per_million(
                 value = usd_per_million_tokens(spend, rate)
                 if value is not None:
                     out.per_million[(model, window.label, tokens)] = value
+
+
+def _fleet_per_million(out: CostNumbers, service: ServiceView) -> None:
+    if out.unpriced or not out.gpus:
+        return
+    for window in service.windows:
+        stats = [s for view in service.targets.values() for (_, w), s in view.stats.items() if w == window.label]
+        generated = sum(s.generation_tokens_per_second or 0.0 for s in stats)
+        prompt = sum(s.prompt_tokens_per_second or 0.0 for s in stats)
+        for tokens, rate in (("generated", generated), ("all", generated + prompt)):
+            value = usd_per_million_tokens(out.usd_per_hour, rate)
+            if value is not None:
+                out.fleet_per_million[(window.label, tokens)] = value
 
 
 def expensive_share(stats: WindowStats, tokens: str, factor: float) -> Expensive | None:

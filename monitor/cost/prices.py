@@ -4,6 +4,11 @@ A table key matches a reported name when the key's words appear, in order and ne
 other, among the name's words (`H100` in `NVIDIA H100 80GB HBM3`, `RTX 4090` in `NVIDIA
 GeForce RTX 4090`); `L40S` is a word of its own, so it never prices an `L40`. The key with the
 most words wins. A GPU no key matches has no price: it is reported, never guessed.
+
+The defaults are typical on-demand rental prices per GPU-hour on the date in PRICES_SET; every
+one is overridden by `cost.gpu_prices` (same key) or `cost.node_prices`. A default quoted in CNY
+(Ascend) prices a GPU only once `cost.cny_per_usd` gives the exchange rate: without it the GPU is
+unpriced, with that reason, rather than converted at a guessed rate.
 """
 
 from __future__ import annotations
@@ -13,8 +18,12 @@ from dataclasses import dataclass
 
 from monitor.config import CostSettings, Price
 
-# USD per GPU-hour for the GPUs the seed compares; anything else is configured (cost.gpu_prices).
-DEFAULT_USD_PER_HOUR: dict[str, float] = {"H100": 2.5, "B100": 4.5, "A100": 1.5, "L40S": 1.0}
+PRICES_SET = "2026-12-01"  # when the default table was last set
+# Per GPU-hour, (amount, currency), for the GPUs people serve on; anything else is configured (cost.gpu_prices).
+DEFAULT_PRICES: dict[str, tuple[float, str]] = {
+    "H200": (3.5, "USD"), "H100": (2.5, "USD"), "B200": (5.0, "USD"), "B100": (4.5, "USD"), "A100": (1.5, "USD"),
+    "L40S": (1.0, "USD"), "L4": (0.7, "USD"), "RTX 4090": (0.4, "USD"), "Ascend 910C": (10.0, "CNY"),
+}
 
 Words = tuple[str, ...]
 
@@ -30,8 +39,11 @@ class Quote:
     usd_per_hour: float
 
     def as_dict(self) -> dict[str, object]:
-        return {"key": self.key, "source": self.source, "amount_per_hour": self.amount,
-                "currency": self.currency, "usd_per_hour": self.usd_per_hour}
+        found: dict[str, object] = {"key": self.key, "source": self.source, "amount_per_hour": self.amount,
+                                    "currency": self.currency, "usd_per_hour": self.usd_per_hour}
+        if self.source == "default":
+            found["set"] = PRICES_SET
+        return found
 
 
 def words(name: str) -> Words:
@@ -47,10 +59,17 @@ class PriceBook:
     def __init__(self, settings: CostSettings) -> None:
         self.cny_per_usd = settings.cny_per_usd
         self.currency = settings.currency
-        table: dict[Words, Quote] = {
-            words(key): Quote(key, "default", usd, "USD", usd) for key, usd in DEFAULT_USD_PER_HOUR.items()
-        }
+        table: dict[Words, Quote] = {}
+        self.needs_rate: set[str] = set()  # default keys quoted in CNY, unusable without cny_per_usd
+        for key, (amount, currency) in DEFAULT_PRICES.items():
+            if currency == "USD":
+                table[words(key)] = Quote(key, "default", amount, "USD", amount)
+            elif self.cny_per_usd is not None:
+                table[words(key)] = Quote(key, "default", amount, "CNY", amount / self.cny_per_usd)
+            else:
+                self.needs_rate.add(key)
         for key, price in settings.gpu_prices.items():
+            self.needs_rate.discard(key)
             table[words(key)] = self._quote(key, "gpu_prices", price)  # same words: the configured one wins
         # Most words first, then the key's text, so a match is deterministic.
         self._table = sorted(table.items(), key=lambda item: (-len(item[0]), item[1].key))
@@ -69,6 +88,15 @@ class PriceBook:
             name = words(model)
             self._matched[model] = next((quote for key, quote in self._table if _contains(name, key)), None)
         return self._matched[model]
+
+    def why_unpriced(self, model: str) -> str:
+        """What to configure for a GPU match() found no price for."""
+        name = words(model)
+        for key in sorted(self.needs_rate):
+            if _contains(name, words(key)):
+                amount, _ = DEFAULT_PRICES[key]
+                return f"its default price is {amount:g} CNY/h: set cost.cny_per_usd, or price it in cost.gpu_prices"
+        return "add it to cost.gpu_prices"
 
     def price(self, node: str, model: str) -> Quote | None:
         """A node's own price wins over its GPUs' model price."""

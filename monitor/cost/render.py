@@ -40,6 +40,8 @@ def render_cost(view: CostView) -> Iterator[Metric]:
     per_million = family("inference_cost_usd_per_million_tokens")
     for (model, window, tokens), usd in sorted(numbers.per_million.items()):
         per_million.add_sample(per_million.name, {"model": model, "window": window, "tokens": tokens}, usd)
+    for (window, tokens), usd in sorted(numbers.fleet_per_million.items()):  # fleet-wide: no model label
+        per_million.add_sample(per_million.name, {"window": window, "tokens": tokens}, usd)
     yield per_million
     baseline = family("inference_cost_per_token_baseline_ratio")
     for (model, window), ratio in sorted(numbers.baseline_ratio.items()):

@@ -35,6 +35,9 @@ def cost_report(collector: CostCollector) -> dict[str, object]:
         "per_million_tokens": [
             {"model": m, "window": w, "tokens": t, "usd": usd} for (m, w, t), usd in sorted(numbers.per_million.items())
         ],
+        "fleet_per_million_tokens": [
+            {"window": w, "tokens": t, "usd": usd} for (w, t), usd in sorted(numbers.fleet_per_million.items())
+        ],
         "throughput": [
             {"model": m, "window": w, "generated_tokens_per_second": g, "all_tokens_per_second": a}
             for (m, w), (g, a) in sorted(numbers.throughput.items())
@@ -52,4 +55,5 @@ def cost_report(collector: CostCollector) -> dict[str, object]:
         "unpriced": [{"node": c.gpu.node, "gpu": c.gpu.gpu, "model": c.gpu.model} for c in numbers.unpriced],
         "prices": prices.table(),
         "topology": view.topology.as_dict(),
+        "unmapped_targets": view.unmapped,
     }

@@ -16,6 +16,8 @@ MODEL = 'model=~"$model"'
 
 TARGET = Variable("target", "inference_target_up", "target")
 MODEL_VAR = Variable("model", "inference_requests_per_second", "model", 'target=~"$target"')
+# On a dashboard without a `target` variable: Grafana would leave `$target` as text, matching nothing.
+FLEET_MODEL_VAR = Variable("model", "inference_requests_per_second", "model")
 WINDOW = Variable("window", "inference_requests_per_second", "window", include_all=False)
 NODE = Variable("node", "inference_gpu_up", "node")
 GPU_VAR = Variable("gpu", "inference_gpu_up", "gpu", 'node=~"$node"')
@@ -50,7 +52,7 @@ def _plain(metric: str, title: str, expr: str | None = None, legend: str = "", *
 OVERVIEW = DashboardSpec(
     uid=f"{UID_PREFIX}overview", title="Inference monitor / Overview",
     description="The four layers at a glance: GPUs and spend, latency against the objectives, errors, quality, alerts.",
-    variables=(MODEL_VAR, WINDOW),
+    variables=(FLEET_MODEL_VAR, WINDOW),
     rows=(
         Row("Fleet", (
             _plain("inference_gpu_utilization_ratio", "Fleet GPU utilization",
@@ -201,7 +203,7 @@ QUALITY = DashboardSpec(
 COST = DashboardSpec(
     uid=f"{UID_PREFIX}cost", title="Inference monitor / Cost",
     description="GPU spend: rate, idle share, $ per million tokens, today's spend against the budget.",
-    variables=(MODEL_VAR, WINDOW),
+    variables=(FLEET_MODEL_VAR, WINDOW),
     rows=(
         Row("Spend", (
             _plain("inference_cost_today_usd", "Spend today", kind="stat", width=6),

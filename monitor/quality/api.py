@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from monitor.auth import bearer_guard
 from monitor.quality.redact import Redactor
-from monitor.quality.report import ModelReport, render_report
+from monitor.quality.report import ModelReport, render_index, render_report
 from monitor.quality.sample import Sample, SampleIn
 from monitor.quality.sampling import baseline_dates
 from monitor.store.quality import QualityRun
@@ -55,6 +55,12 @@ def quality_router(monitor: Monitor) -> APIRouter:
                 models[run.model]["judged"], models[run.model]["sampled"] = store.progress(run.id)
         return {"date": date, "models": models}
 
+    @router.get("/reports/quality", response_class=HTMLResponse)
+    @router.get("/reports/quality/", response_class=HTMLResponse, include_in_schema=False)
+    async def index() -> HTMLResponse:
+        return HTMLResponse(render_index([(run.date, run.model, json.loads(run.summary or "{}"))
+                                          for run in store.done_runs()]))
+
     @router.get("/reports/quality/{date}", response_class=HTMLResponse)
     async def report(date: str) -> HTMLResponse:
         found = [run for run in store.runs_on(_checked(date)) if run.status == "done"]
@@ -63,7 +69,8 @@ def quality_router(monitor: Monitor) -> APIRouter:
         days = baseline_dates(date, settings.baseline_days)
         models = [ModelReport(run, json.loads(run.summary or "{}"), store.judgments(run.id),
                               store.baseline_lengths(run.model, days)) for run in found]
-        return HTMLResponse(render_report(date, models))
+        dates = [run.date for run in store.done_runs()]
+        return HTMLResponse(render_report(date, models, dates))
 
     return router
 

@@ -26,7 +26,13 @@ vertical-align:top}th{background:#f3f5f9}.n{text-align:right;font-variant-numeri
 min-width:120px}.card b{display:block;font-size:20px}.bad{color:#b3261e}.charts{display:flex;gap:24px;
 flex-wrap:wrap}.text{white-space:pre-wrap;max-height:9em;overflow:auto;font-size:13px}.muted{color:#667}
 td:nth-child(2){width:22%}td:nth-child(4){width:24%}
+nav{display:flex;gap:1em;flex-wrap:wrap}svg{max-width:100%;height:auto}td{overflow-wrap:anywhere}
+@media (max-width:600px){body{margin:1em auto}td:nth-child(2),td:nth-child(4){width:auto}
+table,tbody,tr,td,th{display:block;width:auto}tr{border-bottom:1px solid #ccd;padding:4px 0}th{display:none}}
 """
+_HEAD = ('<!doctype html><html lang="en"><head><meta charset="utf-8">'
+         '<meta name="viewport" content="width=device-width, initial-scale=1">')
+
 
 
 @dataclass(frozen=True)
@@ -37,13 +43,40 @@ class ModelReport:
     baseline_lengths: Sequence[int]
 
 
-def render_report(date: str, models: Sequence[ModelReport]) -> str:
-    body = [f"<h1>Quality run {escape(date)}</h1>",
+def _nav(date: str | None, dates: Sequence[str]) -> str:
+    """Back to the overview, the index of runs, and the dates either side of this one."""
+    links = ['<a href="/">← overview</a>', '<a href="/reports/quality">all runs</a>']
+    ordered = sorted(set(dates))
+    if date in ordered:
+        at = ordered.index(date)
+        if at > 0:
+            links.append(f'<a href="/reports/quality/{escape(ordered[at - 1])}">← {escape(ordered[at - 1])}</a>')
+        if at + 1 < len(ordered):
+            links.append(f'<a href="/reports/quality/{escape(ordered[at + 1])}">{escape(ordered[at + 1])} →</a>')
+    return f"<nav>{' · '.join(links)}</nav>"
+
+
+def render_index(runs: Sequence[tuple[str, str, dict[str, Any]]]) -> str:
+    """GET /reports/quality: every finished run (date, model, summary), newest first."""
+    rows = [f'<tr><td><a href="/reports/quality/{escape(date)}">{escape(date)}</a></td><td>{escape(model)}</td>'
+            f'<td class="n">{escape(_num(s.get("score_mean"), 2))}</td><td class="n">{s.get("samples", 0)}</td>'
+            f'<td class="n">{escape(_pct(s.get("refusal_ratio")))}</td>'
+            f'<td class="n">{escape(_pct(s.get("hallucination_ratio")))}</td></tr>' for date, model, s in runs]
+    table = ("<table><tr><th>date</th><th>model</th><th class=\"n\">score</th><th class=\"n\">samples</th>"
+             "<th class=\"n\">refusals</th><th class=\"n\">hallucinations</th></tr>" + "".join(rows) + "</table>"
+             if rows else '<p class="muted">No finished quality run yet (daily; <code>infermon quality run</code> '
+             "starts one now).</p>")
+    return (f"{_HEAD}<title>Quality runs</title><style>{_CSS}</style></head><body>{_nav(None, [])}"
+            f"<h1>Quality runs</h1>{table}</body></html>")
+
+
+def render_report(date: str, models: Sequence[ModelReport], dates: Sequence[str] = ()) -> str:
+    body = [_nav(date, dates), f"<h1>Quality run {escape(date)}</h1>",
             '<p class="muted">Judged by an LLM on a daily sample; lengths in tokens (estimated where the '
             "request did not say). Compared with the previous days' sampled responses.</p>"]
     for model in models:
         body.append(_model_section(model))
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Quality {escape(date)}</title>'
+    return (f"{_HEAD}<title>Quality {escape(date)}</title>"
             f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>")
 
 
@@ -94,7 +127,8 @@ def _score_chart(histogram: dict[str, int]) -> str:
     counts = [int(histogram.get(str(s), 0)) for s in range(1, 6)]
     top = max(counts) or 1
     width, height, bar = 320, 180, 44
-    parts = [f'<svg width="{width}" height="{height + 40}" role="img" aria-label="score histogram">',
+    parts = [f'<svg width="{width}" height="{height + 40}" viewBox="0 0 {width} {height + 40}" role="img" '
+             'aria-label="score histogram">',
              '<text x="0" y="14" font-size="13">Score histogram</text>']
     for index, count in enumerate(counts):
         h = count / top * (height - 40)
@@ -112,7 +146,8 @@ def _score_chart(histogram: dict[str, int]) -> str:
 def _length_chart(today: list[int], baseline: list[int], bins: int = 12) -> str:
     """Both distributions as shares over the same bins (bars: today, line: baseline)."""
     width, height = 520, 180
-    parts = [f'<svg width="{width}" height="{height + 40}" role="img" aria-label="output length distribution">',
+    parts = [f'<svg width="{width}" height="{height + 40}" viewBox="0 0 {width} {height + 40}" role="img" '
+             'aria-label="output length distribution">',
              '<text x="0" y="14" font-size="13">Output length (tokens): today (bars) vs baseline (line)</text>']
     values = today + baseline
     if not values:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from monitor.alerting.runbooks import with_runbook_link
 from monitor.cost.collector import FLEET, CostView
 from monitor.health import HealthBook
 from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuState, InfraView
@@ -46,6 +47,7 @@ def overview(monitor: Monitor) -> dict[str, Any]:
         and not any(a["state"] == "firing" for a in alerts["active"]),
         "layers": layers,
         **sections,
+        "canary": canary_rows(monitor.canary.status()),
         "alerts": alerts,
         "events": monitor.store.recent_events(EVENTS),
         "charts": charts(monitor.history, now),
@@ -140,12 +142,22 @@ def quality_rows(view: QualityView) -> dict[str, Any]:
     return {"configured": bool(rows), "rows": rows, "judge_cost_usd_total": view.judge_cost_usd_total}
 
 
+def canary_rows(status: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each probe's last outcome: the service as a user sees it, next to the engine's own numbers."""
+    keys = ("name", "model", "target", "up", "outcome", "detail", "last_probe", "ttft_seconds", "ttft_gap_seconds",
+            "e2e_seconds", "consecutive_failures")
+    return [{key: probe.get(key) for key in keys} for probe in status.get("probes", [])]
+
+
 def cost_summary(view: CostView) -> dict[str, Any]:
     n = view.numbers
     per_million = sorted((model, window, tokens, usd) for (model, window, tokens), usd in n.per_million.items())
     return {"configured": view.present, "usd_per_hour": n.usd_per_hour if view.present else None,
             "idle_usd_per_hour": n.idle_usd_per_hour, "idle_ratio": n.idle_ratio,
             "per_million": [{"model": m, "window": w, "tokens": t, "usd": usd} for m, w, t, usd in per_million],
+            "fleet_per_million": [{"window": w, "tokens": t, "usd": usd}
+                                  for (w, t), usd in sorted(n.fleet_per_million.items())],
+            "unmapped_targets": view.unmapped,
             "day": view.day, "today_usd": view.today.get(FLEET) if view.present else None,
             "budget_usd": view.budget_usd, "budget_used_ratio": view.budget_used_ratio if view.present else None,
             "unpriced_gpus": len(n.unpriced)}
@@ -157,10 +169,13 @@ def _alerts(monitor: Monitor) -> dict[str, Any]:
     delivered: dict[str, dict[str, str]] = {}
     for row in reversed(recent):  # oldest first: the newest transition of an alert wins
         delivered[_key(row["labels"])] = row["deliveries"]
-    rows = [{**a, "layer": _ALERT_LAYER.get(a["labels"].get("layer", ""), a["labels"].get("layer")),
+    base = monitor.settings.alerting.runbook_base_url
+    rows = [{**a, "annotations": with_runbook_link(a["annotations"], base),
+             "layer": _ALERT_LAYER.get(a["labels"].get("layer", ""), a["labels"].get("layer")),
              "name": a["labels"].get("alertname", ""),
              "probable_cause": a["annotations"].get("probable_cause"),
-             "deliveries": delivered.get(_key(a["labels"]), {})} for a in active]
+             # a pending alert has sent nothing: what an earlier firing of it got is not its delivery
+             "deliveries": delivered.get(_key(a["labels"]), {}) if a["state"] == "firing" else {}} for a in active]
     rows.sort(key=lambda a: (a["state"] != "firing", a["name"]))
     return {"enabled": monitor.alerting is not None, "active": rows, "recent": recent[:TRANSITIONS]}
 

@@ -14,7 +14,6 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from monitor.web.charts import sparkline
 from monitor.web.history import HOUR
-from monitor.web.overview import overview
 
 if TYPE_CHECKING:
     from monitor.runtime import Monitor
@@ -49,6 +48,8 @@ def add_overview_routes(app: FastAPI, monitor: Monitor) -> None:
 
 
 def render_page(template: Any, monitor: Monitor) -> str:
+    from monitor.web.overview import overview  # here: `infermon status` imports this module's formats only
+
     data = overview(monitor)
     refresh = max(MIN_REFRESH_SECONDS, int(min(monitor.settings.service.scrape_interval.seconds,
                                                 monitor.settings.infra.interval.seconds)))

@@ -1,6 +1,8 @@
 """`infermon status`: the overview of a running monitor in the terminal (rich tables).
 
-Reads `/api/v1/status` (its "overview" key: the same numbers as the page at `/`). Exit codes
+Reads `/api/v1/status` (its "overview" key: the same numbers as the page at `/`). Below
+WIDE columns (an 80-column terminal) each target, GPU and alert is a few lines of facts instead
+of a table row that would be cut to `tar… mod…`. Exit codes
 for cron jobs and readiness scripts: 0 every layer fine, 1 something down or firing, 2 the
 monitor could not be asked.
 """
@@ -11,6 +13,7 @@ from typing import Any
 
 import httpx
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -20,14 +23,17 @@ _STYLE = {"ok": "green", "firing": "bold red", "failing": "yellow", "not configu
           "good": "green", "warn": "yellow", "bad": "bold red", "": ""}
 
 
+WIDE = 120  # columns from which the tables fit
+
+
 class StatusError(Exception):
     pass
 
 
 def fetch_overview(url: str, timeout_s: float = 10.0) -> dict[str, Any]:
     endpoint = url.rstrip("/") + "/api/v1/status"
-    try:
-        answer = httpx.get(endpoint, timeout=timeout_s, trust_env=False)
+    try:  # nothing listening is known within the connect timeout; a busy monitor gets the read timeout
+        answer = httpx.get(endpoint, timeout=httpx.Timeout(timeout_s, connect=2.0), trust_env=False)
         answer.raise_for_status()
         data = answer.json()
     except (httpx.HTTPError, ValueError) as exc:
@@ -50,9 +56,15 @@ def print_overview(console: Console, o: dict[str, Any], url: str) -> None:
     for name, layer in o["layers"].items():
         if layer["detail"]:
             console.print(Text(f"  {name}: {layer['detail']}", style=_STYLE.get(layer["state"], "")))
-    for table in (_service(o), _gpus(o), _quality(o), _cost(o), _alerts(o)):
-        if table.row_count:
-            console.print(table)
+    if console.width < WIDE:
+        for section in (_service_lines, _canary_lines, _gpu_lines, _quality_lines, _cost_lines, _alert_lines):
+            for line in section(o):
+                indent = len(line.plain) - len(line.plain.lstrip(" "))  # a wrapped line keeps its indent
+                console.print(Padding(line[indent:], (0, 0, 0, indent)))
+    else:
+        for table in (_service(o), _canary(o), _gpus(o), _quality(o), _cost(o), _alerts(o)):
+            if table.row_count:
+                console.print(table)
     console.print(Text("OK" if o.get("ok") else "ATTENTION: something is down or firing",
                        style="bold green" if o.get("ok") else "bold red"))
 
@@ -125,3 +137,108 @@ def _alerts(o: dict[str, Any]) -> Table:
         table.add_row(a["name"], Text(a["state"], style="bold red" if a["state"] == "firing" else "yellow"), labels,
                       summary, " ".join(f"{k}: {v}" for k, v in a["deliveries"].items()) or "–")
     return table
+
+
+def _canary(o: dict[str, Any]) -> Table:
+    table = Table("canary", "model", "last probe", "TTFT", "gap to the engine", "whole answer", title="Canary",
+                  title_justify="left")
+    for c in o.get("canary", []):
+        table.add_row(c["name"] + (f" → {c['target']}" if c.get("target") else ""), c.get("model") or "–",
+                      _probe(c), ms(c.get("ttft_seconds")), ms(c.get("ttft_gap_seconds")), ms(c.get("e2e_seconds")))
+    return table
+
+
+def _probe(c: dict[str, Any]) -> Text:
+    if not c.get("outcome"):
+        return Text("not yet", style="dim")
+    text = Text(str(c["outcome"]), style="green" if c.get("up") else "bold red")
+    return text.append(f" {c.get('detail')}" if c.get("detail") else "")
+
+
+def _head(title: str) -> Text:
+    return Text(title, style="bold")
+
+
+def _service_lines(o: dict[str, Any]) -> list[Text]:
+    s = o["service"]
+    obj = s["objectives"]
+    lines = [_head(f"Service (last {s['window']})")] if s["rows"] else []
+    for r in s["rows"]:
+        line = Text(f"  {r['target']}  ").append("up" if r["up"] else "DOWN", style="green" if r["up"] else "bold red")
+        lines.append(line.append(f"  {r.get('model') or '–'}"))
+        lines.append(Text(f"    {num(r.get('requests_per_second'), 2)} req/s  errors {pct(r.get('error_ratio'), 2)}  "
+                          f"{num(r.get('generation_tokens_per_second'), 0)} tok/s  run/wait "
+                          f"{num(r.get('running'), 0)}/{num(r.get('waiting'), 0)}  KV {pct(r.get('kv_cache_ratio'))}"))
+        latency = Text("    ")
+        for (key, objective), label in zip(_LATENCIES, ("TTFT P50", "P99", "  TPOT P50", "P99"), strict=True):
+            latency.append(f"{label} ").append(ms(r.get(key)), style=_STYLE[slo(r.get(key), obj[objective])])
+            latency.append(" ")
+        lines.append(latency)
+    return lines
+
+
+def _canary_lines(o: dict[str, Any]) -> list[Text]:
+    lines = [_head("Canary")] if o.get("canary") else []
+    for c in o.get("canary", []):
+        line = Text(f"  {c['name']}" + (f" → {c['target']}" if c.get("target") else "") + "  ").append(_probe(c))
+        lines.append(line.append(f"  TTFT {ms(c.get('ttft_seconds'))}  gap {ms(c.get('ttft_gap_seconds'))}"))
+    return lines
+
+
+def _gpu_lines(o: dict[str, Any]) -> list[Text]:
+    rows = o["infra"]["rows"]
+    lines = [_head("Infrastructure")] if rows else []
+    for g in rows:
+        line = Text(f"  {g['node']}/{g['gpu']}  ").append("up" if g["up"] else "DOWN",
+                                                         style="green" if g["up"] else "bold red")
+        lines.append(line.append(f"  {g.get('model') or '–'}"))
+        lines.append(Text(f"    util {pct(g.get('utilization_ratio'))}  memory {gib(g.get('memory_used_bytes'))} / "
+                          f"{gib(g.get('memory_total_bytes'))}  {num(g.get('temperature_celsius'), 0)} °C  "
+                          f"{num(g.get('power_watts'), 0)} / {num(g.get('power_limit_watts'), 0)} W  clocks "
+                          + (", ".join(g.get("clock_events") or []) or "–")))
+    return lines
+
+
+def _quality_lines(o: dict[str, Any]) -> list[Text]:
+    rows = o["quality"]["rows"]
+    lines = [_head("Quality (last run)")] if rows else []
+    for q in rows:
+        lines.append(Text(f"  {q['model']}  {q['date']}"))
+        lines.append(Text(f"    {num(q.get('samples'), 0)} samples  score {num(q.get('score_mean'), 2)}  refusals "
+                          f"{pct(q.get('refusal_ratio'))}  hallucinations {pct(q.get('hallucination_ratio'))}  "
+                          f"PSI {num(q.get('psi'), 3)}"))
+    return lines
+
+
+def _cost_lines(o: dict[str, Any]) -> list[Text]:
+    c = o["cost"]
+    if not c["configured"]:
+        return []
+    budget = f" ({pct(c.get('budget_used_ratio'), 0)} of {usd(c.get('budget_usd'), 0)})" if c.get("budget_usd") else ""
+    lines = [_head("Cost"), Text(f"  {usd(c.get('usd_per_hour'))}/h  idle {usd(c.get('idle_usd_per_hour'))}/h  "
+                                 f"today {usd(c.get('today_usd'))}{budget}")]
+    by_model: dict[str, list[str]] = {}
+    for p in [*({**p, "model": "fleet"} for p in c.get("fleet_per_million", [])), *c["per_million"]]:
+        if p["window"] == o["window"]:
+            by_model.setdefault(p["model"], []).append(f"{p['tokens']} {usd(p['usd'])}")
+    for model, prices in by_model.items():
+        lines.append(Text(f"  per 1M tokens, {model}: {', '.join(prices)}"))
+    if c.get("unmapped_targets"):
+        lines.append(Text(f"  not mapped to GPUs: {', '.join(c['unmapped_targets'])}", style="yellow"))
+    return lines
+
+
+def _alert_lines(o: dict[str, Any]) -> list[Text]:
+    active = o["alerts"]["active"]
+    firing = sum(1 for a in active if a["state"] == "firing")
+    lines = [_head(f"Alerts ({firing} firing, {len(active) - firing} pending)")] if active else []
+    for a in active:
+        labels = " ".join(f"{k}={v}" for k, v in a["labels"].items() if k not in ("alertname", "severity", "layer"))
+        lines.append(Text("  ").append(a["state"], style="bold red" if a["state"] == "firing" else "yellow")
+                     .append(f"  {a['name']}  {labels}"))
+        lines.append(Text(f"    {a['annotations'].get('summary', '')}"))
+        if a.get("probable_cause"):
+            lines.append(Text(f"    probable cause: {a['probable_cause']}"))
+        if a["state"] == "firing" and a["deliveries"]:
+            lines.append(Text("    delivery: " + " ".join(f"{k} {v}" for k, v in a["deliveries"].items())))
+    return lines

@@ -65,12 +65,13 @@ def test_a_shared_gpu_is_split_not_counted_twice() -> None:
 
 
 def test_unknown_gpu_has_no_price_and_its_model_no_spend() -> None:
-    gpus = [gpu("n1", 0), gpu("n1", 1, model="NVIDIA H200")]
+    gpus = [gpu("n1", 0), gpu("n1", 1, model="NVIDIA GH200 480GB")]
     view = service(a={"llama": WindowStats(generation_tokens_per_second=100.0)})
     numbers = derive(gpus, [{"name": "a", "gpus": [0, 1]}], view, {"a": frozenset({"llama"})})
     assert [(c.gpu.gpu, c.quote is None) for c in numbers.gpus] == [("0", False), ("1", True)]
     assert numbers.usd_per_hour == 2.5  # what is priced; the unpriced GPU is reported, not guessed
     assert numbers.by_target == {} and numbers.by_model == {} and numbers.per_million == {}
+    assert numbers.fleet_per_million == {}  # the fleet's spend is partial: no $/token from it
     assert numbers.idle_usd_per_hour == pytest.approx(1.25)  # over the priced GPU only
 
 
@@ -85,6 +86,28 @@ def test_zero_throughput_gives_no_sample_and_a_down_target_still_costs() -> None
     busy = service(a={"llama": WindowStats(generation_tokens_per_second=1000.0, prompt_tokens_per_second=0.0)})
     numbers = derive(gpus, targets, busy, {"a": frozenset({"llama"}), "b": frozenset({"llama"})})
     assert numbers.per_million[("llama", "1m", "generated")] == pytest.approx(5.0 / 3600 / 1000 * 1e6)
+
+
+def test_the_fleet_cost_per_token_needs_no_mapping() -> None:
+    # One box, 8 H200 at the default $3.5/h, one vLLM target that says nothing about its GPUs.
+    gpus = [gpu("box", i, model="NVIDIA H200") for i in range(8)]
+    view = service(a={"llama": WindowStats(generation_tokens_per_second=4000.0, prompt_tokens_per_second=1000.0)})
+    numbers = derive(gpus, [{"name": "a"}], view, {"a": frozenset({"llama"})})
+    assert numbers.usd_per_hour == 8 * 3.5
+    assert numbers.fleet_per_million[("1m", "generated")] == pytest.approx(28.0 / 3600 / 4000 * 1e6)
+    assert numbers.fleet_per_million[("1m", "all")] == pytest.approx(28.0 / 3600 / 5000 * 1e6)
+    # ... and, the box holding every GPU and target, the target is mapped to them: $/token per model too.
+    assert numbers.by_target == {"a": 28.0}
+    assert numbers.per_million[("llama", "1m", "generated")] == pytest.approx(28.0 / 3600 / 4000 * 1e6)
+
+
+def test_the_fleet_cost_per_token_sums_every_target_mapped_or_not() -> None:
+    gpus = [gpu("n1", 0), gpu("n2", 0)]  # two nodes: no default mapping
+    view = service(a={"llama": WindowStats(generation_tokens_per_second=600.0)},
+                   b={"qwen": WindowStats(generation_tokens_per_second=400.0)})
+    numbers = derive(gpus, [{"name": "a"}, {"name": "b"}], view, {"a": frozenset({"llama"}), "b": frozenset({"qwen"})})
+    assert numbers.by_target == {} and numbers.per_million == {}
+    assert numbers.fleet_per_million[("1m", "generated")] == pytest.approx(5.0 / 3600 / 1000 * 1e6)
 
 
 def test_static_gpus_are_paid_for_but_have_no_idle_reading() -> None:

@@ -1,7 +1,8 @@
 """The cost layer inside the monitor, on real loopback servers: a vLLM page, two dcgm-exporter pages.
 
 vllm-a runs in the pod `vllm-llama-*` on gpu-node-01's H100 0 (dcgm-exporter's pod labels say so);
-gpu-node-02's H200s have no price. Then the long prompts arrive.
+gpu-node-02's H200s are at their default price, a workstation's Tesla T4 has none. Then the long
+prompts arrive.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import httpx
 import pytest
 
 from monitor.config import load_settings
+from monitor.cost.prices import PRICES_SET
 from monitor.runtime import Monitor
 from tests.appserver import serve_app
 from tests.conftest import FIXTURES
@@ -51,7 +53,7 @@ def run(ticks: int, server: PageServer) -> tuple[list[Samples], Monitor]:
             {"name": "vllm-a", "url": server.url("/vllm"), "pod": "vllm-llama-*", "namespace": "inference"}]},
         "infra": {"nvml": {"enabled": "false"}, "dcgm": {"targets": [
             {"name": "node-1", "url": server.url("/dcgm48")}, {"name": "node-2", "url": server.url("/dcgm49")}]}},
-        "cost": {"daily_budget_usd": 100},
+        "cost": {"daily_budget_usd": 100, "static_gpus": [{"model": "Tesla T4", "count": 1, "node": "desk"}]},
         # In memory: the module-scoped fixture runs before the tests' autouse in-memory store does.
         "storage": {"url": "sqlite://"},
     })
@@ -89,7 +91,7 @@ def played() -> tuple[list[Samples], Monitor]:
 def test_spend_and_dollars_per_million_tokens_from_the_pages(played: tuple[list[Samples], Monitor]) -> None:
     pages, _ = played
     page = pages[12]
-    assert value(page, "inference_cost_usd_per_hour") == 2 * 2.5  # the two H100s; the H200s are unpriced
+    assert value(page, "inference_cost_usd_per_hour") == 2 * 2.5 + 2 * 3.5  # the H100s, the H200s; the T4 unpriced
     assert value(page, "inference_cost_usd_per_hour", target="vllm-a") == 2.5
     assert value(page, "inference_cost_usd_per_hour", model=MODEL) == 2.5
     generated = value(page, "inference_generation_tokens_per_second", target="vllm-a", model=MODEL, window="1m")
@@ -98,6 +100,8 @@ def test_spend_and_dollars_per_million_tokens_from_the_pages(played: tuple[list[
         pytest.approx(2.5 / 3600 / generated * 1e6, rel=1e-12)
     assert value(page, "inference_cost_usd_per_million_tokens", model=MODEL, window="1m", tokens="all") == \
         pytest.approx(2.5 / 3600 / (generated + prompt) * 1e6, rel=1e-12)
+    # The T4 has no price: the fleet's spend is partial, so no fleet-wide $/token (never a low guess).
+    assert all("model" in labels for labels in series(page, "inference_cost_usd_per_million_tokens"))
     # Steady throughput, steady spend: the $/token baseline ratio is 1.
     assert value(page, "inference_cost_per_token_baseline_ratio", model=MODEL, window="1m") == pytest.approx(1.0)
 
@@ -107,19 +111,21 @@ def test_idle_spend_from_the_exported_utilization(played: tuple[list[Samples], M
     utilization = [value(page, "inference_gpu_utilization_ratio", node="gpu-node-01", gpu=g)
                    for g in ("0",) if series(page, "inference_gpu_utilization_ratio", node="gpu-node-01", gpu=g)]
     assert utilization == [0.846213]  # GPU 1 is in MIG mode: no utilization, so no idle reading
-    assert value(page, "inference_cost_idle_usd_per_hour") == pytest.approx(2.5 * (1 - 0.846213))
-    assert value(page, "inference_cost_idle_ratio") == pytest.approx(1 - 0.846213)
+    h200 = value(page, "inference_gpu_utilization_ratio", node="gpu-node-02", gpu="0")  # its GPU 1 is MIG too
+    idle = 2.5 * (1 - 0.846213) + 3.5 * (1 - h200)
+    assert value(page, "inference_cost_idle_usd_per_hour") == pytest.approx(idle)
+    assert value(page, "inference_cost_idle_ratio") == pytest.approx(idle / (2.5 + 3.5))
 
 
 def test_unknown_gpu_is_price_known_zero_and_warned_once(caplog: pytest.LogCaptureFixture) -> None:
     with pages() as server, caplog.at_level(logging.WARNING, logger="monitor.cost"):
         page = run(3, server)[0][-1]
-    assert value(page, "inference_cost_price_known", node="gpu-node-02", gpu="0") == 0.0
-    assert value(page, "inference_cost_price_known", node="gpu-node-02", gpu="1") == 0.0
+    assert value(page, "inference_cost_price_known", node="desk", gpu="0") == 0.0
+    assert value(page, "inference_cost_price_known", node="gpu-node-02", gpu="1") == 1.0  # H200: a default price
     assert value(page, "inference_cost_price_known", node="gpu-node-01", gpu="0") == 1.0
-    assert not series(page, "inference_cost_gpu_price_usd_per_hour", node="gpu-node-02")  # no guessed price
+    assert not series(page, "inference_cost_gpu_price_usd_per_hour", node="desk")  # no guessed price
     warnings = [r.getMessage() for r in caplog.records if "has no price" in r.getMessage()]
-    assert len(warnings) == 2 and all("NVIDIA H200" in w and "gpu-node-02" in w for w in warnings)
+    assert len(warnings) == 1 and "Tesla T4" in warnings[0] and "cost.gpu_prices" in warnings[0]
 
 
 def test_long_prompts_raise_the_expensive_request_ratio(played: tuple[list[Samples], Monitor]) -> None:
@@ -134,7 +140,7 @@ def test_long_prompts_raise_the_expensive_request_ratio(played: tuple[list[Sampl
 
 def test_budget_and_totals(played: tuple[list[Samples], Monitor]) -> None:
     page = played[0][-1]
-    spent = 5.0 * 16 * 15 / 3600
+    spent = 12.0 * 16 * 15 / 3600
     assert value(page, "inference_cost_usd_total") == pytest.approx(spent)
     assert value(page, "inference_cost_usd_total", target="vllm-a") == pytest.approx(2.5 * 16 * 15 / 3600)
     assert value(page, "inference_cost_today_usd") == pytest.approx(spent)
@@ -165,14 +171,14 @@ def test_cost_api_and_topology_in_status() -> None:
     with pages() as server:
         cost, status, metrics = serve_and_ask(server)
     assert cost["currency"] == "CNY"
-    assert cost["spend"]["usd_per_hour"] == 2 * 2.5 + 2 * 1.5
+    assert cost["spend"]["usd_per_hour"] == 2 * 2.5 + 2 * 1.5  # gpu-node-01's H100s and rack-9's A100s
     assert cost["reporting"]["usd_per_hour"] == pytest.approx(8.0 * 7.0)  # in CNY
     assert cost["by_target"] == {"vllm-a": 2.5, "far": 1.5}
     rack = [g for g in cost["inventory"] if g["node"] == "rack-9"]
     assert [(g["gpu"], g["source"], g["price"]["key"], g["targets"]) for g in rack] == [
         ("0", "static", "A100", ["far"]), ("1", "static", "A100", [])]
     assert {"key": "H100", "source": "default", "amount_per_hour": 2.5, "currency": "USD",
-            "usd_per_hour": 2.5} in cost["prices"]
+            "usd_per_hour": 2.5, "set": PRICES_SET} in cost["prices"]
     targets = status["topology"]["targets"]
     assert targets["vllm-a"]["mapped_by"] == "pod"
     assert targets["vllm-a"]["gpus"] == [{"node": "gpu-node-01", "gpu": "0"}]

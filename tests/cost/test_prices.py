@@ -6,7 +6,7 @@ import pytest
 
 from monitor.config import load_settings
 from monitor.cost.derive import usd_per_million_tokens
-from monitor.cost.prices import PriceBook
+from monitor.cost.prices import DEFAULT_PRICES, PRICES_SET, PriceBook
 
 
 def book(**cost: object) -> PriceBook:
@@ -33,22 +33,45 @@ def test_no_throughput_no_price_per_token(rate: float) -> None:
     [
         ("NVIDIA H100 80GB HBM3", "H100", 2.5),  # NVML name, and DCGM's modelName label
         ("NVIDIA H100 PCIe", "H100", 2.5),
+        ("NVIDIA H200", "H200", 3.5),
+        ("NVIDIA H200 NVL", "H200", 3.5),
         ("NVIDIA A100-SXM4-80GB", "A100", 1.5),
         ("NVIDIA A100 80GB PCIe", "A100", 1.5),
         ("NVIDIA L40S", "L40S", 1.0),
+        ("NVIDIA L4", "L4", 0.7),
         ("NVIDIA B100", "B100", 4.5),
+        ("NVIDIA B200", "B200", 5.0),
+        ("NVIDIA GeForce RTX 4090", "RTX 4090", 0.4),
     ],
 )
 def test_default_prices_match_real_names(reported: str, key: str, usd: float) -> None:
     quote = book().match(reported)
     assert quote is not None and (quote.key, quote.usd_per_hour, quote.source) == (key, usd, "default")
+    assert quote.as_dict()["set"] == PRICES_SET
 
 
-@pytest.mark.parametrize("reported", ["NVIDIA H200", "NVIDIA GeForce RTX 4090", "NVIDIA L40", "NVIDIA GH200 480GB",
-                                      "Tesla T4", ""])
+@pytest.mark.parametrize("reported", ["NVIDIA L40", "NVIDIA GH200 480GB", "Tesla T4", "NVIDIA GeForce RTX 4080", ""])
 def test_no_default_no_guess(reported: str) -> None:
-    # H200 and the 4090 have no default; L40 is not an L40S, GH200 not an H200 or H100.
+    # L40 is not an L40S nor an L4, GH200 not an H200 or H100, a 4080 not a 4090.
     assert book().match(reported) is None
+
+
+def test_the_ascend_default_is_in_cny_and_waits_for_an_exchange_rate() -> None:
+    without = book()
+    assert without.match("Ascend 910C") is None
+    assert "cost.cny_per_usd" in without.why_unpriced("Ascend 910C")
+    assert without.why_unpriced("Tesla T4") == "add it to cost.gpu_prices"
+    quote = book(cny_per_usd=7.0).match("Ascend 910C")
+    assert quote is not None and (quote.amount, quote.currency, quote.source) == (10.0, "CNY", "default")
+    assert quote.usd_per_hour == pytest.approx(10 / 7.0)
+
+
+def test_every_default_is_overridable() -> None:
+    overrides = {key: {"usd_per_hour": 0.01} for key in DEFAULT_PRICES}
+    prices = book(gpu_prices=overrides)
+    for key in DEFAULT_PRICES:
+        quote = prices.match(key)
+        assert quote is not None and (quote.source, quote.usd_per_hour) == ("gpu_prices", 0.01), key
 
 
 def test_configured_prices_rtx_4090_h200_and_ascend_in_cny() -> None:

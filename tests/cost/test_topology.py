@@ -51,3 +51,20 @@ def test_declared_gpus_no_source_shows_are_kept_and_reported() -> None:
 def test_pod_glob_restricted_to_a_node_and_gpus() -> None:
     mapped = topology({"name": "t", "pod": "*", "node": "gpu-node-02", "gpus": [2, 3]}).resolve(GPUS)
     assert mapped.gpus_of("t") == (("gpu-node-02", "2"), ("gpu-node-02", "3"))
+
+
+def test_one_node_holding_every_gpu_maps_every_target_that_says_nothing() -> None:
+    box = [SeenGpu("box", str(i)) for i in range(8)]
+    mapped = topology({"name": "vllm"}, {"name": "sglang"}).resolve(box)
+    assert mapped.gpus_of("vllm") == mapped.gpus_of("sglang") == tuple(("box", str(i)) for i in range(8))
+    assert mapped.how == {"vllm": "single node", "sglang": "single node"}
+    assert mapped.targets_of("box", "3") == ("vllm", "sglang")
+    assert mapped.unmapped(["vllm", "sglang"]) == []
+
+
+def test_no_default_mapping_over_two_nodes_or_beside_a_declared_one() -> None:
+    two_nodes = topology({"name": "vllm"}).resolve([SeenGpu("a", "0"), SeenGpu("b", "0")])
+    assert two_nodes.by_target == {} and two_nodes.unmapped(["vllm"]) == ["vllm"]
+    box = [SeenGpu("box", str(i)) for i in range(4)]
+    beside = topology({"name": "vllm", "node": "box", "gpus": [0]}, {"name": "other"}, node="box").resolve(box)
+    assert beside.gpus_of("other") == () and beside.unmapped(["vllm", "other"]) == ["other"]

@@ -19,7 +19,16 @@ import yaml
 from monitor.catalog import CATALOG
 from monitor.dashboards.generated import generated_files
 from tests.conftest import require_binary
-from tests.dashboards.panels import ROOT, dashboards, panels, queries, query_variables, substitute
+from tests.dashboards.panels import (
+    ROOT,
+    dashboards,
+    defined_variables,
+    panels,
+    queries,
+    query_variables,
+    substitute,
+    undefined_variables,
+)
 
 UIDS = {"overview.json": "infermon-overview", "infrastructure.json": "infermon-infrastructure",
         "service.json": "infermon-service", "quality.json": "infermon-quality", "cost.json": "infermon-cost"}
@@ -133,9 +142,23 @@ def test_every_expression_names_catalogued_metrics() -> None:
         assert re.search(r"label_values\((inference_\w+)", variable).group(1) in CATALOG  # type: ignore[union-attr]
 
 
+def test_every_variable_a_query_uses_is_defined_on_its_dashboard() -> None:
+    # Grafana leaves an undefined `$target` as text: `target=~"$target"` then matches nothing.
+    unknown = [(q.dashboard, q.panel, q.expr) for q in queries() if undefined_variables(q.expr, q.defined)]
+    boards = dashboards()
+    unknown += [(name, var, query) for name, var, query in query_variables()
+                if undefined_variables(query, defined_variables(boards[name]))]
+    assert not unknown, unknown
+
+
+def test_an_undefined_variable_stays_literal_as_in_grafana() -> None:
+    expanded = substitute('m{target=~"$target",model=~"$model"}', frozenset({"model"}))
+    assert expanded == 'm{target=~"$target",model=~".*"}'
+
+
 def test_every_expression_is_valid_promql(tmp_path: Path) -> None:
     promtool = require_binary("promtool")
-    rules = [{"record": f"dashboard:check:{i}", "expr": substitute(q.expr)} for i, q in enumerate(queries())]
+    rules = [{"record": f"dashboard:check:{i}", "expr": substitute(q.expr, q.defined)} for i, q in enumerate(queries())]
     rules.append({"record": "dashboard:check:annotation", "expr": 'ALERTS{alertstate="firing"}'})
     path = tmp_path / "panels.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": rules}]}))

@@ -7,16 +7,22 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
 from monitor.app import create_app
 from monitor.config import load_settings
 from monitor.runtime import Monitor
+from tests.alerting.alertmanager_payload import am_payload
+from tests.alerting.helpers import receiver_data
+from tests.alerting.imserver import ImServer
+from tests.appserver import serve_app
 from tests.conftest import require_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,11 +77,30 @@ def test_every_mounted_file_exists(compose: dict[str, Any]) -> None:
 
 def test_secrets_come_from_the_environment(compose: dict[str, Any]) -> None:
     assert compose["services"]["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "from-env"
-    missing = _compose("config")
-    assert missing.returncode != 0 and "GRAFANA_ADMIN_PASSWORD" in missing.stderr
     text = (ROOT / "docker-compose.yml").read_text()
     assert not re.search(r"(?i)(password|token|api_key)\s*[:=]\s*[\"']?[A-Za-z0-9]{8,}", text)
     assert "deploy/secrets/*" not in text and (ROOT / "deploy/secrets/.gitignore").read_text().splitlines()[1] == "*"
+
+
+def test_a_fresh_clone_passes_config_with_the_trial_defaults() -> None:
+    # No .env, no secret file: `docker-compose config -q` passes, Grafana's password is the trial one.
+    fresh = _compose("config")
+    assert fresh.returncode == 0, fresh.stderr
+    assert yaml.safe_load(fresh.stdout)["services"]["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == "admin"
+    example = dict(line.split("=", 1) for line in (ROOT / ".env.example").read_text().splitlines()
+                   if line and not line.startswith("#"))
+    assert example["GRAFANA_ADMIN_PASSWORD"] == "admin"
+    assert _compose("config", "-q", env=example).returncode == 0
+
+
+def test_the_gpu_overlay_reserves_the_gpus_for_the_monitor() -> None:
+    result = _compose("-f", str(ROOT / "docker-compose.gpu.yml"), "config")
+    assert result.returncode == 0, result.stderr
+    monitor = yaml.safe_load(result.stdout)["services"]["monitor"]
+    devices = monitor["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}] or \
+        devices == [{"driver": "nvidia", "count": -1, "capabilities": ["gpu"]}]
+    assert "deploy" not in yaml.safe_load(_compose("config").stdout)["services"]["monitor"]
 
 
 def test_prometheus_gets_the_rules_and_grafana_the_dashboards(compose: dict[str, Any]) -> None:
@@ -122,6 +147,33 @@ def test_prometheus_and_alertmanager_reach_the_monitor_by_one_name() -> None:
 def test_the_monitor_config_loads() -> None:
     settings = load_settings(ROOT / "deploy/monitor/infermon.yml")
     assert settings.service.file_sd == ["/etc/prometheus/targets/*.yml"]
+
+
+def test_the_shipped_compose_config_delivers_each_alert_once() -> None:
+    # Prometheus evaluates alerts/ and sends to Alertmanager; the monitor's own evaluator is off,
+    # so the only way in is Alertmanager's webhook: one alert, one message per receiver.
+    prometheus = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    assert "/etc/prometheus/alerts/*.yml" in prometheus["rule_files"]
+    assert prometheus["alerting"]["alertmanagers"]
+    with ImServer() as im:
+        settings = load_settings(ROOT / "deploy/monitor/infermon.yml", {
+            "service": {"file_sd": []}, "storage": {"url": "sqlite://"}, "api": {"token": "t0ken-for-the-test"},
+            "alerting": {"receivers": [receiver_data(im, "webhook")]}})
+        monitor = Monitor(settings)
+        assert monitor.alerting is None  # one evaluator per deployment: Prometheus's
+        with serve_app(monitor) as url, httpx.Client(base_url=url, timeout=10) as client:
+            auth = {"Authorization": "Bearer t0ken-for-the-test"}
+            assert client.post("/api/v1/alertmanager", json=am_payload(), headers=auth).status_code == 200
+            deadline = time.monotonic() + 20
+            while not im.accepted("webhook"):
+                assert time.monotonic() < deadline, "the receiver got nothing"
+                time.sleep(0.05)
+            for _ in range(3):  # the embedded sender runs every second: nothing else arrives
+                client.post("/api/v1/alertmanager", json=am_payload(), headers=auth)
+            deadline = time.monotonic() + 2.5
+            while time.monotonic() < deadline:
+                assert len(im.accepted("webhook")) == 1
+                time.sleep(0.1)
 
 
 def test_dockerfile_installs_this_package_as_non_root_with_a_real_healthcheck() -> None:

@@ -61,4 +61,4 @@ def test_rules_stay_inside_the_evaluator_subset_and_name_catalogued_metrics() ->
         assert isinstance(annotations, dict) and set(annotations) == {"summary", "description", "runbook"}
         assert "{{ $value }}" in annotations["description"] and "{{ $labels.model }}" in annotations["description"]
         anchor = str(annotations["runbook"]).split("#")[1]
-        assert f'<a id="{anchor}"></a>' in (ROOT / "alerts" / "runbooks" / "quality.md").read_text()
+        assert f'<a id="{anchor}"></a>' in (ROOT / "docs" / "runbooks" / "quality.md").read_text()

@@ -96,6 +96,12 @@ def test_ingest_run_and_serve(tmp_path: Path) -> None:
             assert page.text.count("<svg") == 2 and "Lowest scored" in page.text and "Refused" in page.text
             assert "I&#x27;m sorry, but I can&#x27;t help" in page.text  # the refused answer, escaped
             assert not re.search(r"""(src|href)\s*=\s*["']?https?:""", page.text)  # nothing fetched from outside
+            # not a dead end: back to the overview and to the index of runs, which lists this one
+            assert '<a href="/">' in page.text and '<a href="/reports/quality">' in page.text
+            assert 'name="viewport"' in page.text and 'viewBox="0 0' in page.text  # phones: charts scale
+            index = client.get("/reports/quality")
+            assert index.status_code == 200 and index.headers["content-type"].startswith("text/html")
+            assert f'<a href="/reports/quality/{DAY}">{DAY}</a>' in index.text and "qwen3-8b" in index.text
 
     # No e-mail address reached the judge or the database.
     assert script.calls == 13

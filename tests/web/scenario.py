@@ -57,6 +57,8 @@ def rules_file(tmp: Path, expr: str = "inference_target_up > 0") -> Path:
         annotations:
           summary: "{{{{ $labels.target }}}} is up"
           probable_cause: "the test made it so <b>on purpose</b>"
+          description: "{{{{ $labels.target }}}} answers its scrapes"
+          runbook: "https://runbooks.example/TargetUpForTest"
 """)
     return path
 

@@ -35,9 +35,10 @@ def test_points_are_the_last_hour_only() -> None:
 def test_sparkline_spans_the_width_from_zero_up() -> None:
     line = sparkline([(100.0, 2.0), (150.0, 4.0), (200.0, 0.0)], start=0.0, end=200.0)
     coords = [tuple(map(float, p.split(","))) for p in line.polyline.split()]
-    assert coords[0] == (PAD, HEIGHT - PAD - 2.0 / 4.0 * (HEIGHT - 2 * PAD))  # the axis starts at the first point
+    # the time axis is the whole [start, end]: the first point, at 100 of 200, sits half-way
+    assert coords[0] == (PAD + 0.5 * (WIDTH - 2 * PAD), HEIGHT - PAD - 2.0 / 4.0 * (HEIGHT - 2 * PAD))
     assert coords[1][1] == PAD and coords[2] == (WIDTH - PAD, HEIGHT - PAD)  # 4 at the top, 0 at the bottom
-    assert (line.low, line.high, line.last, line.since) == (0.0, 4.0, 0.0, 100.0)
+    assert (line.low, line.high, line.last, line.since, line.floor) == (0.0, 4.0, 0.0, 100.0, 0.0)
 
 
 def test_one_point_is_a_value_without_a_line() -> None:

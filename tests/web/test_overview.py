@@ -103,6 +103,11 @@ def test_a_firing_alert_shows_its_probable_cause_and_fires_its_layer(tmp_path: P
     # shown next to the alert, escaped
     assert "probable cause: the test made it so &lt;b&gt;on purpose&lt;/b&gt;" in html
     assert 'data-alert="TargetUpForTest"' in html
+    # something fires: the alerts lead the page, before the charts and the tables, with what to do
+    assert html.index('id="alerts"') < html.index('class="charts"') < html.index('id="service"')
+    assert html.count('id="alerts"') == 1
+    assert "vllm-a answers its scrapes" in html
+    assert '<a href="https://runbooks.example/TargetUpForTest">' in html
 
 
 def test_a_bare_monitor_says_what_is_not_configured() -> None:

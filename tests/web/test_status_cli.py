@@ -51,3 +51,27 @@ def test_status_exits_2_when_no_monitor_answers() -> None:
         refused = server.refused_url("/")
     result = CliRunner().invoke(app, ["status", "--url", refused.rstrip("/")])
     assert result.exit_code == 2 and "cannot read the monitor's status" in result.output
+
+
+def test_status_fits_80_columns_with_every_name_whole() -> None:
+    runner = CliRunner()
+    with two_targets() as server, serve_app(Monitor(settings_for(server))) as url:
+        wait_for(url, ok=True)
+        narrow = runner.invoke(app, ["status", "--url", url], env={"COLUMNS": "80"})
+    lines = narrow.output.splitlines()
+    assert all(len(line.rstrip()) <= 80 for line in lines), [line for line in lines if len(line.rstrip()) > 80]
+    assert "…" not in narrow.output  # no cell cut to `tar…`
+    assert "  vllm-a  up" in narrow.output and "  vllm-b  up" in narrow.output and "NVIDIA H200" in narrow.output
+    assert "req/s" in narrow.output and "TTFT P50" in narrow.output and "$3.50/h" in narrow.output
+    assert len(lines) < 40
+
+
+def test_status_loads_no_collector_code() -> None:
+    # `infermon status` only asks a monitor: importing the quality layer (scipy, openai) cost it 10 s.
+    import subprocess
+    import sys
+
+    heavy = "('scipy', 'openai', 'monitor.quality.run', 'monitor.runtime')"
+    probe = f"import sys, monitor.cli, monitor.web.terminal; print(sorted(m for m in {heavy} if m in sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert loaded.stdout.strip() == "[]"
