@@ -22,7 +22,7 @@ from monitor.bench.scenario import Scenario
 from monitor.bench.stats import Goodput, over_repeats, window_figures
 from monitor.cost.derive import usd_per_million_tokens
 from monitor.cost.prices import PriceBook, Quote
-from monitor.service.collector import safe_url
+from monitor.redaction import safe_url
 from monitor.service.derive import Objectives
 
 TTFT_SAMPLES_KEPT = 5000  # per level, for the report's distribution (all repeats together)
