@@ -30,6 +30,7 @@ LOAD_SLICE_S = 15.0  # the load runs in slices this long, each at the rate the s
 # duty part (~350 W); requests waiting, the burn (99 %, at its power cap: the queue has the GPU).
 IDLE_PART, DUTY_PART, BURN_PART = (6.0, 21.0), (66.0, 85.0), (22.0, 51.0)
 BUSY_MEMORY_S = 5.0  # an engine that ran a request this recently is still busy (no 0 % between requests)
+QUEUED = 3  # requests waiting beyond the next step's admission: a queue (one arrival waits a step anyway)
 
 
 class HeldReplayClock:
@@ -62,7 +63,7 @@ class HeldReplayClock:
             return hold % self.period_s
         if self.sim.running:
             self.busy_at = now
-        start, end = (BURN_PART if self.sim.waiting else
+        start, end = (BURN_PART if len(self.sim.waiting) >= QUEUED else
                       DUTY_PART if now - self.busy_at < BUSY_MEMORY_S else IDLE_PART)
         return start + (now - (self.origin or 0.0)) % (end - start)
 

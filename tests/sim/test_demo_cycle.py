@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from monitor.alerting.rules import load_rules
-from monitor.config import SHIPPED_RULE_FILES, Duration, load_settings
+from monitor.config import SHIPPED_RULE_FILES, load_settings
 from monitor.infra.replay import ReplayNvml, load_trace
 from monitor.sim import EngineConfig, SimulatedEngine
 from monitor.sim.demo_cycle import CYCLE_ALERTS, DEMO_FOR_S, HeldReplayClock, demo_rules
@@ -83,7 +83,10 @@ def test_replayed_gpu_follows_the_engine_between_faults() -> None:
     assert 25 <= at(130.0)["util_gpu"] <= 35
     assert 25 <= at(203.0)["util_gpu"] <= 35  # the next loop of the recording: still the duty part
     sim.submit(20, 10)
-    assert sim.waiting
+    assert 25 <= at(250.0)["util_gpu"] <= 35  # one arrival waits for the next step: not a queue yet
+    sim.submit(20, 10)
+    sim.submit(20, 10)
+    assert len(sim.waiting) == 3
     assert at(260.0)["util_gpu"] >= 99 and int(at(261.0)["throttle"]) & 0x4
     sim.waiting.clear()
     sim.running.clear()
