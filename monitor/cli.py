@@ -92,6 +92,8 @@ def serve(
 def demo(
     port: Annotated[int, typer.Option(help="Port of the monitor")] = 9480,
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds")] = None,
+    keep_state: Annotated[bool, typer.Option(help="Keep alerts, runs and history in ./infermon-demo.db "
+                                                  "for the next demo (default: a fresh state each time)")] = False,
 ) -> None:
     """The monitor on a simulated vLLM server under load.
 
@@ -100,7 +102,7 @@ def demo(
     from monitor.demo import run_demo
 
     _logging("info")
-    asyncio.run(run_demo(port=port, duration=duration))
+    asyncio.run(run_demo(port=port, duration=duration, keep_state=keep_state))
 
 
 @app.command()

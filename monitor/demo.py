@@ -23,6 +23,7 @@ from monitor.app import create_app
 from monitor.config import Settings, load_settings
 from monitor.infra.replay import ReplayNvml
 from monitor.runtime import Monitor
+from monitor.service.collector import COLLECTOR as SERVICE_COLLECTOR
 from monitor.sim.demo_cycle import HeldReplayClock, demo_rules, scheduled_load
 from monitor.sim.engine import DEFAULT_MODEL, SimulatedEngine
 from monitor.sim.faults import demo_schedule
@@ -38,8 +39,13 @@ DEMO_RPS = 6.0
 DEMO_TRACE = Path(__file__).parent / "data" / "nvml_h200_trace.json"
 
 
-def demo_settings(sim_url: str, port: int, extra: dict[str, Any] | None = None) -> Settings:
-    """Short intervals so every number shows within a minute; otherwise the defaults."""
+DEMO_STATE = Path("infermon-demo.db")  # kept between demos only with --keep-state
+
+
+def demo_settings(sim_url: str, port: int, extra: dict[str, Any] | None = None,
+                  state: Path = DEMO_STATE) -> Settings:
+    """Short intervals so every number shows within a minute; otherwise the defaults. `state` is
+    the SQLite file of alerts, runs and history."""
     sections: dict[str, Any] = {
         "server": {"host": "127.0.0.1", "port": port},
         "service": {
@@ -48,7 +54,7 @@ def demo_settings(sim_url: str, port: int, extra: dict[str, Any] | None = None) 
             "baseline_window": "10m",
             "targets": [{"name": "vllm-sim", "url": f"{sim_url}/metrics", "node": "demo-h200", "gpus": [0]}],
         },
-        "storage": {"url": "sqlite:///./infermon-demo.db"},
+        "storage": {"url": f"sqlite:///{state}"},
         # No GPU needed: a real H200 recording (idle, burn, memory fill, 30 % duty) plays in a loop.
         "infra": {"interval": "5s", "replay": {"file": str(DEMO_TRACE)}, "node": "demo-h200"},
         # The canary: a synthetic user streaming through the simulator's OpenAI API, next to its own numbers.
@@ -79,7 +85,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def run_demo(port: int = 9480, duration: float | None = None) -> None:
+async def run_demo(port: int = 9480, duration: float | None = None, keep_state: bool = False) -> None:
+    """A fresh state each time (a temporary database: no alerts or runs of an earlier demo come
+    back) unless `keep_state`, which keeps ./infermon-demo.db across demos."""
+    with tempfile.TemporaryDirectory(prefix="infermon-demo-") as scratch:
+        state = DEMO_STATE if keep_state else Path(scratch) / "demo.db"
+        await _run_demo(port, duration, state)
+
+
+async def _run_demo(port: int, duration: float | None, state: Path) -> None:
     sim = SimulatedEngine(EngineConfig(max_num_seqs=DEMO_MAX_NUM_SEQS), faults=demo_schedule())
     sim_port = _free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
@@ -95,9 +109,9 @@ async def run_demo(port: int = 9480, duration: float | None = None) -> None:
     tasks.append(asyncio.create_task(serve_sink(sink_port, sink_started), name="webhook-sink"))
     await sink_started.wait()
     settings = demo_settings(sim_url, port, extra={"quality": demo_quality(judge_port),
-                                                   "alerting": demo_alerting(sink_port)})
+                                                   "alerting": demo_alerting(sink_port)}, state=state)
     monitor = Monitor(settings)
-    _gpu_follows_the_cycle(monitor, sim)
+    gpu_follows_the_cycle(monitor, sim)
     server = uvicorn.Server(uvicorn.Config(create_app(monitor), host="127.0.0.1", port=port,
                                            log_level="warning", log_config=None, access_log=False))
     tasks.append(asyncio.create_task(server.serve(), name="monitor"))
@@ -106,8 +120,9 @@ async def run_demo(port: int = 9480, duration: float | None = None) -> None:
                       max_tokens=(32, 256), drain_timeout_s=5.0)
     tasks.append(asyncio.create_task(scheduled_load(sim_url, sim, load), name="load"))
     tasks.append(asyncio.create_task(_long_prompt_bursts(sim_url), name="long-prompts"))
-    _banner(port, sim_url, sink_port, duration)
     try:
+        await _first_scrape(monitor, server)
+        _banner(port, sim_url, sink_port, duration)
         if duration is None:
             await asyncio.gather(*tasks)
         else:
@@ -122,10 +137,27 @@ async def run_demo(port: int = 9480, duration: float | None = None) -> None:
                 await asyncio.wait_for(task, 10)
 
 
+FIRST_SCRAPE_TIMEOUT_S = 30.0
+
+
+async def _first_scrape(monitor: Monitor, server: uvicorn.Server) -> None:
+    """The banner once every target was scraped: before that a target is neither up nor down,
+    and the demo does not tell a new user that its engine is DOWN."""
+    names = [t.name for t in monitor.settings.service.targets]
+    print(f"inference-monitor demo: waiting for the first scrape of {', '.join(names)} …", flush=True)
+    deadline = asyncio.get_running_loop().time() + FIRST_SCRAPE_TIMEOUT_S
+    while asyncio.get_running_loop().time() < deadline:
+        entries = [monitor.health.entries.get((SERVICE_COLLECTOR, name)) for name in names]
+        if server.started and all(e is not None and e.success is not None for e in entries):
+            return
+        await asyncio.sleep(0.1)
+    log.warning("demo: no scrape finished within %.0f s; the overview says what happened", FIRST_SCRAPE_TIMEOUT_S)
+
+
 DEMO_MAX_NUM_SEQS = 48  # room for the demo's load (~18 running, ~30 in a latency spike), not for 6x slower decoding
 
 
-def _gpu_follows_the_cycle(monitor: Monitor, sim: SimulatedEngine) -> None:
+def gpu_follows_the_cycle(monitor: Monitor, sim: SimulatedEngine) -> None:
     """The replayed H200 is held where the fault cycle says (busy, memory full, idle)."""
     backend = monitor.infra.local.backend if monitor.infra.local is not None else None
     replay = getattr(backend, "nvml", None)

@@ -79,7 +79,8 @@ def _error(name: str) -> pynvml.NVMLError:
 class ReplayNvml:
     """The subset of pynvml that `NvmlBackend` calls, answering from a trace.
 
-    `count` GPUs all play the same recording (for multi-GPU demos and benchmarks).
+    `count` GPUs all play the same recording (for multi-GPU demos and benchmarks). Setting
+    `lost` makes every GPU answer NVML_ERROR_GPU_IS_LOST, as one that fell off the bus does.
     """
 
     NVMLError = pynvml.NVMLError
@@ -90,6 +91,7 @@ class ReplayNvml:
         self.count = count
         self._times = trace.times
         self._started: float | None = None
+        self.lost = False
 
     def __getattr__(self, name: str) -> Any:
         # Constants (NVML_CLOCK_SM, NVML_ERROR_*, nvmlMemory_v2, …) are the real module's.
@@ -115,6 +117,8 @@ class ReplayNvml:
     def _check(self, handle: int) -> None:
         if not isinstance(handle, int) or not 0 <= handle < self.count:
             raise _error("NVML_ERROR_INVALID_ARGUMENT")
+        if self.lost:
+            raise _error("NVML_ERROR_GPU_IS_LOST")
 
     # -- system -----------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """What the demo's fault cycle drives besides the simulated engine: the load generator's rate
-(`traffic_dip`) and where the replayed H200 recording plays (`gpu_hold`), both read from the
+(`traffic_dip`) and where the replayed H200 recording plays (`gpu_hold`; otherwise the part of
+the recording that matches what the engine does: idle, serving, queueing), both read from the
 same schedule at the same instant as the engine's own faults, so each alert of the cycle comes
 with the GPU and traffic it is meant to show (see `faults.demo_schedule`).
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,27 +25,50 @@ from monitor.sim.load import LoadConfig, run_load
 LOAD_SLICE_S = 15.0  # the load runs in slices this long, each at the rate the schedule says
 
 
+# Where the recording plays when no `gpu_hold` is active, by what the engine does at that moment
+# (seconds into the H200 recording): nothing to do, idle (0 %, ~120 W); requests running, the 30 %
+# duty part (~350 W); requests waiting, the burn (99 %, at its power cap: the queue has the GPU).
+IDLE_PART, DUTY_PART, BURN_PART = (6.0, 21.0), (66.0, 85.0), (22.0, 51.0)
+BUSY_MEMORY_S = 5.0  # an engine that ran a request this recently is still busy (no 0 % between requests)
+QUEUED = 3  # requests waiting beyond the next step's admission: a queue (one arrival waits a step anyway)
+
+
 class HeldReplayClock:
-    """The clock of a replayed recording: plays on as recorded, except that while a `gpu_hold`
-    is active it reads as `hold` seconds into the current loop of the recording."""
+    """The clock of a replayed recording, following the simulated engine: the part of the recording
+    that matches what the engine does (IDLE_PART, DUTY_PART, BURN_PART), except that while a
+    `gpu_hold` is active it reads as `hold` seconds into the current loop of the recording.
+    It never runs backwards, so the energy counter only counts up."""
 
     def __init__(self, sim: SimulatedEngine, period_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.sim, self.period_s, self.clock = sim, period_s, clock
         self.origin: float | None = None
+        self.last = -math.inf
+        self.busy_at = -math.inf
 
     def __call__(self) -> float:
         now = self.clock()
         if self.origin is None:  # the replay's nvmlInit: playback starts here
-            self.origin = now
-            return now
-        hold = self.sim.effects(self.sim.now()).gpu_hold_s
-        if hold is None:
+            self.origin = self.last = now
             return now
         loops = (now - self.origin) // self.period_s
-        return self.origin + loops * self.period_s + hold % self.period_s
+        reading = self.origin + loops * self.period_s + self.position(now)
+        while reading < self.last:  # a later loop of the recording, not an earlier moment
+            reading += self.period_s
+        self.last = reading
+        return reading
+
+    def position(self, now: float) -> float:
+        hold = self.sim.effects(self.sim.now()).gpu_hold_s
+        if hold is not None:
+            return hold % self.period_s
+        if self.sim.running:
+            self.busy_at = now
+        start, end = (BURN_PART if len(self.sim.waiting) >= QUEUED else
+                      DUTY_PART if now - self.busy_at < BUSY_MEMORY_S else IDLE_PART)
+        return start + (now - (self.origin or 0.0)) % (end - start)
 
 
-async def scheduled_load(sim_url: str, sim: SimulatedEngine, base: LoadConfig) -> None:
+async def scheduled_load(sim_url: str, sim: SimulatedEngine, base: LoadConfig, slice_s: float = LOAD_SLICE_S) -> None:
     """`base` for its whole duration, in slices whose rate follows `traffic_dip`; a slice starts
     while the previous one still drains, so the traffic has no gaps."""
     running: set[asyncio.Task[object]] = set()
@@ -51,11 +76,11 @@ async def scheduled_load(sim_url: str, sim: SimulatedEngine, base: LoadConfig) -
     try:
         while time.monotonic() < deadline:
             rps = base.rps * sim.effects(sim.now()).traffic_mult
-            piece = dataclasses.replace(base, rps=rps, duration_s=LOAD_SLICE_S, seed=None)
+            piece = dataclasses.replace(base, rps=rps, duration_s=slice_s, seed=None)
             task: asyncio.Task[object] = asyncio.create_task(run_load(sim_url, piece))
             running.add(task)
             task.add_done_callback(running.discard)
-            await asyncio.sleep(LOAD_SLICE_S)
+            await asyncio.sleep(slice_s)
     finally:
         for task in list(running):
             task.cancel()
@@ -64,11 +89,19 @@ async def scheduled_load(sim_url: str, sim: SimulatedEngine, base: LoadConfig) -
 
 
 DEMO_FOR_S = 30.0  # the demo's 90-s faults must outlast `for`
+# The alerts the fault cycle shows (faults.demo_schedule): short `for`, and a short `keep_firing_for`
+# so one slot's alert resolves before the next slot's fault (three TTFT slots in a row).
+CYCLE_ALERTS = frozenset({"TTFTP99High", "ErrorRateHigh", "ThroughputDrop", "TargetDown"})
+CYCLE_KEEP_FIRING = "15s"
+# Every other rule keeps its shipped `for` (a GPU busy for one 90-s slot is not saturated) and
+# holds its alert 5 minutes after the condition clears, so a value at the threshold does not flap.
+KEEP_FIRING = "5m"
 
 
 def demo_rules(directory: Path) -> list[Path]:
-    """The shipped rule files as the demo loads them: the 1m window instead of 5m and `for` at
-    most 30 s, so a 90-s fault shows its alert and the alert resolves before the next one."""
+    """The shipped rule files as the demo loads them: the 1m window instead of 5m; the cycle's
+    alerts with `for` at most 30 s, so a 90-s fault shows its alert and the alert resolves before
+    the next one; hysteresis (`keep_firing_for`) on every alert."""
     out = []
     for name in SHIPPED_RULE_FILES:
         data = yaml.safe_load(resolve(Path(f"alerts/{name}.yml")).read_text())
@@ -76,8 +109,12 @@ def demo_rules(directory: Path) -> list[Path]:
             for rule in group.get("rules", []):
                 if "expr" in rule:
                     rule["expr"] = str(rule["expr"]).replace('window="5m"', 'window="1m"')
-                if "for" in rule and Duration(str(rule["for"])).seconds > DEMO_FOR_S:
+                if "alert" not in rule:
+                    continue
+                cycle = rule["alert"] in CYCLE_ALERTS
+                if cycle and "for" in rule and Duration(str(rule["for"])).seconds > DEMO_FOR_S:
                     rule["for"] = f"{DEMO_FOR_S:g}s"
+                rule.setdefault("keep_firing_for", CYCLE_KEEP_FIRING if cycle else KEEP_FIRING)
         path = directory / f"{name}.yml"
         path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
         out.append(path)

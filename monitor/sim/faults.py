@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 FaultKind = Literal["latency_spike", "error_burst", "throughput_drop", "kv_pressure", "engine_down", "traffic_dip",
-                    "gpu_hold"]
+                    "gpu_hold", "engine_unrecognised"]
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 
 # What magnitude means per kind, and the default when a config leaves it out.
@@ -22,6 +22,8 @@ FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 #   throughput_drop: per-output-token time is multiplied by it          (> 0, e.g. 3)
 #   kv_pressure:     fraction of the KV-cache capacity left usable      (0 < m <= 1)
 #   engine_down:     the server answers 503 to everything, /metrics too (m unused, 1)
+#   engine_unrecognised: /metrics answers 200 with a valid page whose families no engine table
+#                    knows (`vllm:` renamed `acme:`, an in-house build); the API serves on  (m unused, 1)
 # Two kinds the simulated engine itself ignores, for what drives it in the demo:
 #   traffic_dip:     share of the load generator's rate still sent      (0 < m <= 1)
 #   gpu_hold:        the replayed GPU recording is held m seconds in    (> 0, e.g. 30: busy)
@@ -33,6 +35,7 @@ DEFAULT_MAGNITUDE: dict[FaultKind, float] = {
     "engine_down": 1.0,
     "traffic_dip": 0.2,
     "gpu_hold": 30.0,
+    "engine_unrecognised": 1.0,
 }
 
 
@@ -75,16 +78,19 @@ class FaultEffects:
     down: bool = False
     traffic_mult: float = 1.0
     gpu_hold_s: float | None = None  # the latest-starting hold wins
+    unrecognised: bool = False
 
 
 def combine_effects(faults: Iterable[Fault]) -> FaultEffects:
     """Overlapping faults compound: multipliers multiply, error chances combine like
     independent events (1 - prod(1 - f)), so two 50 % bursts fail 75 % of requests."""
     prefill = per_token = kv = survive = traffic = 1.0
-    down, hold = False, None
+    down, hold, unrecognised = False, None, False
     for fault in faults:
         if fault.kind == "engine_down":
             down = True
+        elif fault.kind == "engine_unrecognised":
+            unrecognised = True
         elif fault.kind == "traffic_dip":
             traffic *= fault.magnitude
         elif fault.kind == "gpu_hold":
@@ -97,7 +103,7 @@ def combine_effects(faults: Iterable[Fault]) -> FaultEffects:
             kv *= fault.magnitude
         else:
             survive *= 1.0 - fault.magnitude
-    return FaultEffects(prefill, per_token, 1.0 - survive, kv, down, traffic, hold)
+    return FaultEffects(prefill, per_token, 1.0 - survive, kv, down, traffic, hold, unrecognised)
 
 
 @dataclass(frozen=True)
@@ -172,8 +178,8 @@ def demo_schedule() -> FaultSchedule:
         21:00 latency spike, nothing else                TTFTP99High    -> unknown
         24:00 4 minutes of a fifth of the traffic        ThroughputDrop -> traffic_drop
 
-    Each fault lasts 90 s (the traffic dip 4 minutes); between them the GPU recording plays on
-    as it was recorded."""
+    Each fault lasts 90 s (the traffic dip 4 minutes); between them the GPU recording follows
+    the engine's load (monitor.sim.demo_cycle.HeldReplayClock)."""
     slot = DEMO_SLOT_S
     faults = (
         Fault(1 * slot, 90.0, "latency_spike", 30.0), Fault(1 * slot, 90.0, "gpu_hold", GPU_BUSY),

@@ -3,7 +3,8 @@
 For the demo and the benchmark: it answers the quality layer's rubric prompt in the real wire
 format (a `chat.completion` object with usage), deterministically from the response text —
 stock refusals get 1 and the refusal flag, the rest a hash-drawn score centred near 4, about
-one in forty is flagged as hallucinated. `latency_s` makes each call take that long.
+one in forty is flagged as hallucinated. `latency_s` makes each call take that long; while
+`failing()` is true every call is refused as a judge that does not take the request (HTTP 400).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import hashlib
 import json
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from monitor.quality.checks import estimate_tokens, refusal_keyword
 
@@ -45,14 +48,17 @@ def simulated_verdict(response: str) -> dict[str, Any]:
     return {"score": score, "refusal": False, "hallucination": hallucination, "reason": f"(simulated) {reason}"}
 
 
-def create_judge_app(latency_s: float = 0.0) -> FastAPI:
+def create_judge_app(latency_s: float = 0.0, failing: Callable[[], bool] = lambda: False) -> FastAPI:
     app = FastAPI(title="LLM judge SIMULATOR (inference-monitor)")
     app.state.calls = 0
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> dict[str, Any]:
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat(request: Request) -> dict[str, Any] | JSONResponse:
         body = await request.json()
         app.state.calls += 1
+        if failing():  # what a real server said to a sampler it does not support
+            return JSONResponse({"error": {"message": "(simulated) unsupported samplers in request",
+                                           "type": "invalid_request_error", "code": 400}}, status_code=400)
         if latency_s:
             await asyncio.sleep(latency_s)
         prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))

@@ -110,15 +110,22 @@ async def run_load(base_url: str, config: LoadConfig | None = None) -> LoadSumma
     async with httpx.AsyncClient(
         base_url=base_url, timeout=config.request_timeout_s, limits=limits
     ) as client:
-        for offset in arrival_offsets(config, rng):
-            await asyncio.sleep(max(0.0, start + offset - loop.time()))
-            payload = build_payload(config, rng)  # drawn even when skipped: stable sequence
-            if len(in_flight) >= config.max_concurrency:
-                summary.skipped += 1
-                continue
-            task = asyncio.create_task(_send(client, path, payload, summary))
-            in_flight.add(task)
-            task.add_done_callback(in_flight.discard)
+        try:
+            for offset in arrival_offsets(config, rng):
+                await asyncio.sleep(max(0.0, start + offset - loop.time()))
+                payload = build_payload(config, rng)  # drawn even when skipped: stable sequence
+                if len(in_flight) >= config.max_concurrency:
+                    summary.skipped += 1
+                    continue
+                task = asyncio.create_task(_send(client, path, payload, summary))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+        except asyncio.CancelledError:
+            # Stopped from outside (a test switching loads, the demo's slices): end the requests in
+            # flight before the client closes. Left running, they finish on a closed pool, which
+            # never closes their connections: unclosed sockets that a later test's GC reports.
+            await _drain(in_flight, 0.0, summary)
+            raise
         await _drain(in_flight, config.drain_timeout_s, summary)
     summary.elapsed_s = loop.time() - start
     return summary
@@ -127,7 +134,7 @@ async def run_load(base_url: str, config: LoadConfig | None = None) -> LoadSumma
 async def _drain(tasks: set[asyncio.Task[None]], timeout_s: float, summary: LoadSummary) -> None:
     if not tasks:
         return
-    _, pending = await asyncio.wait(set(tasks), timeout=timeout_s)
+    _, pending = await asyncio.wait(set(tasks), timeout=timeout_s) if timeout_s > 0 else (set(), set(tasks))
     for task in pending:
         task.cancel()
     summary.cancelled += len(pending)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
@@ -34,8 +34,9 @@ QUESTIONS = (
 )
 
 
-async def serve_judge(port: int, started: asyncio.Event, latency_s: float = 0.0) -> None:
-    config = uvicorn.Config(create_judge_app(latency_s), host="127.0.0.1", port=port, log_level="warning",
+async def serve_judge(port: int, started: asyncio.Event, latency_s: float = 0.0,
+                      failing: Callable[[], bool] = lambda: False) -> None:
+    config = uvicorn.Config(create_judge_app(latency_s, failing), host="127.0.0.1", port=port, log_level="warning",
                             log_config=None, access_log=False, lifespan="off")
     await serve_in_loop(uvicorn.Server(config), started)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from tests.infra.fakes import h200_trace
 FAST = LatencyProfile(prefill_s=0.005, prefill_per_token_s=0.0, per_token_s=0.002, output_tokens=(5, 20), jitter=0.1)
 WALL = 1_767_300_000.0
 STEP_S = 15.0  # injected seconds per collection cycle
+CYCLE_REAL_S = 0.25  # real seconds of load per cycle
 # Positions in the H200 recording (seconds): mid burn (99 % busy, sw_power_cap), memory fill (93 %).
 BURN_T, MEMFILL_T = 30.0, 55.0
 
@@ -130,16 +132,29 @@ async def drive(scenario: Scenario, rules: Path, stop_sim: bool = False) -> tupl
                       wall=lambda: clock[0], load_nvml=lambda: ReplayNvml(h200_trace(), replay_clock), sink=sink)
     sink.monitor = monitor
     loads: list[asyncio.Task[Any]] = []
+    finished = [0]  # requests the simulator finished (its own thread appends, this loop reads)
+    engine.add_observer(lambda stats: finished.__setitem__(0, finished[0] + len(stats.finished)))
+    rate = [0.0]
+    stopped = False
 
     def load(rps: float) -> None:
         for task in loads:
             task.cancel()
+        rate[0] = rps
         shape = {"prompt_words": (5, 20), "max_tokens": (5, 20), **scenario.load}
         config = LoadConfig(rps=rps, duration_s=120.0, seed=1, drain_timeout_s=0.5, **shape)
         loads.append(asyncio.create_task(run_load(server.url, config)))
 
     async def cycle() -> None:
-        await asyncio.sleep(0.25)  # real time for the simulator to serve the load
+        # A cycle holds a quarter second of the load, and at least a quarter of what that quarter
+        # second sends finished: on a busy machine the simulator's thread may not have run at all in 0.25 s,
+        # and a cycle without its share of requests reads as a throughput drop (or, in the baseline,
+        # as a rise later). Bounded, and no wait for a simulator that was stopped.
+        wanted = finished[0] + int(rate[0] * CYCLE_REAL_S / 4) * (not stopped)
+        deadline = time.monotonic() + 5.0
+        await asyncio.sleep(CYCLE_REAL_S)
+        while finished[0] < wanted and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         await monitor.run_once()
         clock[0] += STEP_S
 
@@ -158,6 +173,7 @@ async def drive(scenario: Scenario, rules: Path, stop_sim: bool = False) -> tupl
             await cycle()
             if stop_sim and not sink.sent:
                 server.stop()
+                stopped = True
             if sink.firing(name):
                 break
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 
@@ -93,3 +94,25 @@ def test_uniform_arrivals_do_not_drift_into_an_extra_request():
     offsets = list(arrival_offsets(LoadConfig(rps=5, duration_s=2.0), random.Random(0)))
     assert len(offsets) == 10
     assert len(list(arrival_offsets(LoadConfig(rps=3, duration_s=0.5), random.Random(0)))) == 2
+
+
+
+def test_a_cancelled_load_ends_its_requests_in_flight(start_sim) -> None:
+    """Cancelled from outside (a test switching loads), run_load ends the requests in flight before
+    its client closes. Left running, they finished on the closed client's pool, which never closed
+    their connections: unclosed sockets that a later test's garbage collection reported as an
+    unraisable ResourceWarning (tests/alerting/test_context_sim.py[traffic_drop], #17 item 8)."""
+    server = start_sim(SLOW)
+
+    async def cancel_mid_flight() -> set[asyncio.Task[object]]:
+        task = asyncio.create_task(run_load(server.url, LoadConfig(rps=40, duration_s=30, max_tokens=None)))
+        deadline = time.monotonic() + 10
+        while len(server.sim.running) < 3:
+            assert time.monotonic() < deadline, "no request reached the simulator"
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
+
+    assert asyncio.run(cancel_mid_flight()) == set()

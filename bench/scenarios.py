@@ -1,0 +1,426 @@
+"""The fault-scenario scorecard's machinery (#17 item 7), shared by `python -m bench.scorecard`
+and tests/alerting/test_scorecard.py.
+
+Each scenario starts the monitor as the demo configures it (monitor.demo.demo_settings and the
+demo's rule files, monitor.sim.demo_cycle.demo_rules) against the vLLM simulator under the demo's
+load and the replayed H200 (following the engine's load, held where the demo's fault slot holds
+it), runs a healthy stretch, injects one fault, keeps it until the alert it should raise fired
+(at least a demo slot's 90 s, at most `FAULT_MAX_S`), clears it, and waits until every alert
+resolved. Every transition the evaluator sends is recorded with the monitor's clock.
+
+Time is compressed: the monitor's wall clock runs `speed` times faster than real time (the
+simulator and the load keep real time), so `for: 30s` takes 1 s at speed 30. Rates the monitor
+computes are the simulator's divided by `speed`; ratios, quantiles and baselines are unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import uvicorn
+
+from monitor.alerting.model import Alert
+from monitor.demo import DEMO_MAX_NUM_SEQS, DEMO_RPS, demo_settings, gpu_follows_the_cycle
+from monitor.infra.replay import ReplayNvml
+from monitor.quality.sampling import today
+from monitor.runtime import Monitor
+from monitor.sim import EngineConfig, SimServer, SimulatedEngine
+from monitor.sim.demo_cycle import scheduled_load
+from monitor.sim.faults import GPU_BUSY, GPU_IDLE, GPU_MEMFILL, FaultKind
+from monitor.sim.judge import create_judge_app
+from monitor.sim.load import LoadConfig
+from monitor.sim.quality_feed import simulated_history
+from monitor.sim.server import serve_in_loop
+
+# What a scenario can break: the simulator's own faults, and two it cannot show itself.
+Fault = tuple[FaultKind | Literal["gpu_lost", "judge_failing"], float]
+
+SCRAPE_S = 5.0  # monitor seconds between collection cycles: the demo's scrape interval (the test's is 15)
+# A demo slot's fault; give up on the alert after FAULT_MAX_S. A queue builds in the simulator's real
+# time (slow requests must finish before queued ones start), so at speed 30 it needs ~15 real s.
+FAULT_MIN_S, FAULT_MAX_S = 90.0, 720.0
+CLEAR_MAX_S = 480.0  # keep_firing_for 5m holds the non-cycle alerts that long after the fault
+BASELINE_WINDOW = "5m"  # the throughput baseline (the demo's is 10m): the healthy stretch covers it
+JUDGE_SAMPLES = 40
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    fault: str  # what is injected, in words (the table's first column)
+    faults: tuple[Fault, ...] = ()
+    expect: str | None = None  # the alert that must fire
+    cause: str | None = None  # the probable cause it must name (the id before the colon)
+    allow: frozenset[str] = frozenset()  # true alerts of the same fault, neither required nor false
+    healthy_s: float = 120.0  # monitor seconds before the fault
+    engine: tuple[tuple[str, int], ...] = ()  # EngineConfig fields other than the demo's
+    blocked_by: str = ""  # the branch (#17 item) whose fix the scenario waits for
+
+
+# A slower engine also generates fewer tokens: ThroughputDrop is a true alert of these faults.
+SLOWER = frozenset({"ThroughputDrop"})
+
+# One row per fault; the GPU holds are the demo's slots (monitor.sim.faults.demo_schedule).
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("error_burst", "5 % of requests fail with HTTP 500",
+             (("error_burst", 0.05), ("gpu_hold", GPU_IDLE)), "ErrorRateHigh", "engine_errors"),
+    # The demo's 0.4 % fills under its fuller load (long-prompt bursts, the quality feed); 0.1 % here.
+    Scenario("kv_pressure", "KV cache cut to 0.1 %: preemptions, slow first tokens",
+             (("kv_pressure", 0.001), ("gpu_hold", GPU_IDLE)), "TTFTP99High", "kv_cache_pressure",
+             allow=SLOWER, blocked_by="verdicts-b (#17.3: the KV-cache fact over the alert's window, not one reading)"),
+    # The demo's 48 sequences take ~15 real s to fill at 6x slower decode; with 24 (half used by the
+    # healthy load) the queue forms within seconds of the fault and drains within seconds after it.
+    # The GPU busy for ten minutes of it is saturated and at its power cap: true alerts too.
+    Scenario("queue_saturation", "decode 4x slower, 24 sequences, a busy GPU: the queue grows",
+             (("throughput_drop", 4.0), ("gpu_hold", GPU_BUSY)), "TTFTP99High", "queue_saturation",
+             allow=SLOWER | {"GPUUtilizationSaturated", "GPUPowerHigh"}, engine=(("max_num_seqs", 24),)),
+    Scenario("gpu_held_back", "prefill 30x slower, GPU at its power cap (sw_power_cap)",
+             (("latency_spike", 30.0), ("gpu_hold", GPU_BUSY)), "TTFTP99High", "gpu_throttling", allow=SLOWER),
+    Scenario("gpu_memory", "prefill 30x slower, GPU memory 93 % full",
+             (("latency_spike", 30.0), ("gpu_hold", GPU_MEMFILL)), "TTFTP99High", "gpu_memory", allow=SLOWER),
+    Scenario("target_down", "the engine answers 503 to everything",
+             (("engine_down", 1.0), ("gpu_hold", GPU_IDLE)), "TargetDown", "target_down"),
+    Scenario("throughput_drop", "a fifth of the traffic (the baseline covered first)",
+             (("traffic_dip", 0.2), ("gpu_hold", GPU_IDLE)), "ThroughputDrop", "traffic_drop",
+             healthy_s=360.0,  # 6 min: the 5-min baseline window covered (#17.2 wants >= 90 % of it)
+             blocked_by="verdicts-a/-b (#17.2-3: a baseline ratio present and current when the alert fires)"),
+    Scenario("judge_failing", "every judge call answers HTTP 400; today's run is redone",
+             (("judge_failing", 1.0),), "QualityJudgeFailing", "judge_errors",
+             blocked_by="verdicts-b (#17.4: a failed judge run raises an alert)"),
+    Scenario("engine_unrecognised", "the page answers 200 with families no engine table knows",
+             (("engine_unrecognised", 1.0),), "TargetEngineUnrecognized", "engine_unrecognised",
+             blocked_by="verdicts-a (#17.1: up, engine unrecognised, a warning of its own)"),
+    Scenario("gpu_lost", "the target's GPU answers NVML_ERROR_GPU_IS_LOST",
+             (("gpu_lost", 1.0),), "GPUDown", "gpu_lost",
+             blocked_by="verdicts-b (#17.3: a GPU alert's cause from that GPU)"),
+)
+HEALTHY = Scenario("healthy", "none: the demo's load for the whole run", healthy_s=600.0)
+
+
+@dataclass
+class Transition:
+    phase: Literal["healthy", "fault", "clear"]
+    at: float  # monitor seconds since the scenario started
+    name: str
+    status: str  # firing | resolved
+    cause: str  # the probable cause's id ("" when the alert has none)
+    context: str = ""  # the alert's context annotation (the facts it fired on)
+
+
+@dataclass
+class Outcome:
+    scenario: Scenario
+    transitions: list[Transition] = field(default_factory=list)
+    fault_at: float | None = None
+    clear_at: float | None = None
+    healthy_s: float = 0.0  # monitor seconds without a fault (the healthy stretch, or the whole healthy run)
+
+    def fired(self, phases: Sequence[str] = ("fault", "clear")) -> set[str]:
+        return {t.name for t in self.transitions if t.status == "firing" and t.phase in phases}
+
+    @property
+    def false_alerts(self) -> list[Transition]:
+        """Firings while nothing was wrong: the healthy stretch, or any alert of the healthy run."""
+        return [t for t in self.transitions if t.status == "firing" and t.phase == "healthy"]
+
+    @property
+    def unexpected(self) -> set[str]:
+        expected = {self.scenario.expect} | self.scenario.allow
+        return {name for name in self.fired() if name not in expected} | {t.name for t in self.false_alerts}
+
+    def _first(self, status: str) -> Transition | None:
+        return next((t for t in self.transitions if t.name == self.scenario.expect and t.status == status
+                     and t.phase != "healthy"), None)
+
+    @property
+    def recalled(self) -> bool:
+        return self._first("firing") is not None
+
+    @property
+    def cause_named(self) -> str | None:
+        first = self._first("firing")
+        return first.cause if first else None
+
+    @property
+    def cause_verdict(self) -> str:
+        """right / wrong / unknown (the monitor said `unknown`), or "-" when the alert did not fire."""
+        named = self.cause_named
+        if named is None:
+            return "-"
+        return "right" if named == self.scenario.cause else "unknown" if named in ("", "unknown") else "wrong"
+
+    @property
+    def to_firing_s(self) -> float | None:
+        first = self._first("firing")
+        return first.at - self.fault_at if first and self.fault_at is not None else None
+
+    @property
+    def to_resolved_s(self) -> float | None:
+        last = next((t for t in reversed(self.transitions) if t.name == self.scenario.expect
+                     and t.status == "resolved"), None)
+        return last.at - self.clear_at if last and self.clear_at is not None and last.at >= self.clear_at else None
+
+    @property
+    def still_firing(self) -> set[str]:
+        state: dict[str, str] = {}
+        for t in self.transitions:
+            state[t.name] = t.status
+        return {name for name, status in state.items() if status == "firing"}
+
+
+class CompressedClock:
+    """The monitor's wall clock: starts now, runs `speed` times faster than real time, and stands
+    still while `paused()` — during the monitor's own work in a cycle, which takes real
+    milliseconds that would otherwise count as `speed` times as many monitor seconds (a cycle
+    of 0.3 s at speed 30 would look like a 9-s stall: every target stale)."""
+
+    def __init__(self, speed: float, real: Callable[[], float] = time.monotonic) -> None:
+        self.speed, self.real = speed, real
+        self.start_wall, self.start_real = time.time(), real()
+        self.paused_s: float = 0.0
+        self.paused_at: float | None = None
+
+    def __call__(self) -> float:
+        return self.start_wall + self.elapsed()
+
+    def elapsed(self) -> float:
+        now = self.paused_at if self.paused_at is not None else self.real()
+        return (now - self.start_real - self.paused_s) * self.speed
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        self.paused_at = self.real()
+        try:
+            yield
+        finally:
+            self.paused_s += self.real() - self.paused_at
+            self.paused_at = None
+
+
+class Recorder:
+    """The evaluator's sink: each transition, with the phase and the monitor's clock."""
+
+    def __init__(self, clock: CompressedClock) -> None:
+        self.clock = clock
+        self.phase: Literal["healthy", "fault", "clear"] = "healthy"
+        self.transitions: list[Transition] = []
+
+    def enqueue(self, alerts: Sequence[Alert], source: str) -> None:
+        at = self.clock.elapsed()
+        for alert in alerts:
+            cause = alert.annotations.get("probable_cause", "").split(":", 1)[0]
+            self.transitions.append(Transition(self.phase, at, alert.name, alert.status, cause,
+                                               alert.annotations.get("context", "")))
+
+    def firing(self) -> set[str]:
+        state: dict[str, str] = {}
+        for t in self.transitions:
+            state[t.name] = t.status
+        return {name for name, status in state.items() if status == "firing"}
+
+
+class World:
+    """One scenario's running parts: simulator, load, judge, monitor, and the switches of each fault."""
+
+    def __init__(self, speed: float, scratch: Path, quality: bool, engine: dict[str, Any] | None = None,
+                 scrape_s: float = SCRAPE_S) -> None:
+        self.speed, self.scrape_s = speed, scrape_s
+        self.clock = CompressedClock(speed)
+        self.recorder = Recorder(self.clock)
+        self.engine = SimulatedEngine(EngineConfig(**{"max_num_seqs": DEMO_MAX_NUM_SEQS, **(engine or {})}))
+        self.server = SimServer(self.engine)
+        self.judge_failing = False
+        self.quality, self.samples_added = quality, False
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.scratch = scratch
+        self.monitor: Monitor | None = None
+        self.judge: uvicorn.Server | None = None
+
+    async def start(self) -> Monitor:
+        self.server.start()
+        extra: dict[str, Any] = {
+            "service": {"baseline_window": BASELINE_WINDOW, "scrape_interval": f"{self.scrape_s:g}s"},
+            "infra": {"interval": f"{self.scrape_s:g}s"},
+            "canary": {"probes": []},  # the canary probes on its own clock; the scorecard judges the layers
+            # the demo's unpriced workstation GPU would raise CostGpuUnpriced on purpose: left out
+            "cost": {"static_gpus": [{"model": "Ascend 910C", "count": 8, "node": "rack-cn"}]},
+        }
+        if self.quality:
+            extra["quality"] = await self._start_judge()
+        settings = demo_settings(self.server.url, 0, extra=extra, state=self.scratch / "scorecard.db")
+        self.monitor = Monitor(settings, client=httpx.AsyncClient(trust_env=False), wall=self.clock,
+                               sink=self.recorder)
+        gpu_follows_the_cycle(self.monitor, self.engine)
+        # Slices of a second each; a slice's requests run to their end (queued ones too), as users wait.
+        load = LoadConfig(rps=DEMO_RPS, duration_s=86400.0, max_tokens=(32, 256), drain_timeout_s=120.0)
+        self.tasks.append(asyncio.create_task(scheduled_load(self.server.url, self.engine, load, slice_s=1.0)))
+        if self.quality:
+            await self._quality_run()
+        return self.monitor
+
+    async def _start_judge(self) -> dict[str, Any]:
+        config = uvicorn.Config(create_judge_app(failing=lambda: self.judge_failing), host="127.0.0.1", port=0,
+                                log_level="warning", log_config=None, access_log=False, lifespan="off")
+        self.judge = uvicorn.Server(config)
+        started = asyncio.Event()
+        self.tasks.append(asyncio.create_task(serve_in_loop(self.judge, started)))
+        await started.wait()
+        port = self.judge.servers[0].sockets[0].getsockname()[1]
+        return {"sample_size": JUDGE_SAMPLES, "refresh_interval": "5s",
+                "judge": {"base_url": f"http://127.0.0.1:{port}/v1", "model": "judge-simulator", "timeout": "10s"}}
+
+    async def _quality_run(self) -> None:
+        """Today's samples (a day's worth of the simulator's kind of answers), judged now."""
+        assert self.monitor is not None
+        quality = self.monitor.quality
+        zone = quality.settings.timezone
+        day = today(self.monitor.wall(), zone)
+        if not self.samples_added:
+            self.samples_added = True
+            tomorrow = (datetime.fromisoformat(day) + timedelta(days=1)).date().isoformat()
+            quality.store.add_samples(simulated_history(self.engine.model_name, tomorrow, 1, JUDGE_SAMPLES, zone))
+        await quality.run(day, force=True)
+
+    def gpu(self) -> ReplayNvml | None:
+        assert self.monitor is not None
+        backend = self.monitor.infra.local.backend if self.monitor.infra.local is not None else None
+        replay = getattr(backend, "nvml", None)
+        return replay if isinstance(replay, ReplayNvml) else None
+
+    async def inject(self, faults: Sequence[Fault]) -> None:
+        for kind, magnitude in faults:
+            if kind == "gpu_lost":
+                replay = self.gpu()
+                assert replay is not None, "no replayed GPU to lose"
+                replay.lost = True
+            elif kind == "judge_failing":
+                self.judge_failing = True
+                with self.clock.paused():
+                    await self._quality_run()
+            else:
+                self.engine.inject(kind, magnitude)
+
+    async def clear(self, faults: Sequence[Fault]) -> None:
+        self.engine.clear_injected()
+        replay = self.gpu()
+        if replay is not None:
+            replay.lost = False
+        if self.judge_failing:
+            self.judge_failing = False
+            with self.clock.paused():
+                await self._quality_run()
+
+    async def cycles(self, seconds: float, until: Callable[[], bool] = lambda: False) -> None:
+        """Collection cycles every `scrape_s` monitor seconds, for `seconds` or until `until()`."""
+        assert self.monitor is not None
+        end = self.clock.elapsed() + seconds
+        while self.clock.elapsed() < end:
+            with self.clock.paused():
+                await self.monitor.run_once()
+            if until():
+                return
+            await asyncio.sleep(self.scrape_s / self.speed)
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, 10)
+        if self.judge is not None:
+            self.judge.should_exit = True
+        if self.monitor is not None:
+            await self.monitor.aclose()
+            await self.monitor.client.aclose()
+        self.server.stop()
+
+
+async def run_scenario(scenario: Scenario, speed: float = 10.0, scrape_s: float = SCRAPE_S,
+                       fault_max_s: float = FAULT_MAX_S) -> Outcome:
+    """Healthy stretch, fault (until its alert fired, 90 s at least), clear (until all resolved)."""
+    quality = any(kind == "judge_failing" for kind, _ in scenario.faults)
+    with tempfile.TemporaryDirectory(prefix=f"infermon-scorecard-{scenario.name}-") as scratch:
+        world = World(speed, Path(scratch), quality, dict(scenario.engine), scrape_s)
+        outcome = Outcome(scenario)
+        try:
+            await world.start()
+            await world.cycles(scenario.healthy_s)
+            outcome.healthy_s = scenario.healthy_s
+            if scenario.faults:
+                world.recorder.phase = "fault"
+                outcome.fault_at = world.clock.elapsed()
+                await world.inject(scenario.faults)
+                await world.cycles(FAULT_MIN_S)
+                await world.cycles(fault_max_s - FAULT_MIN_S, until=lambda: scenario.expect in world.recorder.firing()
+                                   or any(t.name == scenario.expect for t in world.recorder.transitions))
+                world.recorder.phase = "clear"
+                outcome.clear_at = world.clock.elapsed()
+                await world.clear(scenario.faults)
+                await world.cycles(CLEAR_MAX_S, until=lambda: not world.recorder.firing())
+        finally:
+            await world.stop()
+        outcome.transitions = world.recorder.transitions
+        return outcome
+
+
+# -- the table --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Score:
+    recall: float  # expected alerts that fired / scenarios with a fault
+    precision: float  # alert names that fired and were expected (or allowed) / all that fired
+    cause_accuracy: float  # right causes / expected alerts that fired
+    false_per_healthy_hour: float
+    healthy_hours: float
+    false_alerts: int
+
+
+def score(outcomes: Sequence[Outcome]) -> Score:
+    faulted = [o for o in outcomes if o.scenario.expect]
+    recalled = [o for o in faulted if o.recalled]
+    fired = sum(len(o.fired() | {t.name for t in o.false_alerts}) for o in outcomes)
+    wrong = sum(len(o.unexpected) for o in outcomes)
+    healthy_hours = sum(o.healthy_s for o in outcomes) / 3600.0
+    false_alerts = sum(len(o.false_alerts) for o in outcomes)
+    return Score(
+        recall=len(recalled) / len(faulted) if faulted else 1.0,
+        precision=(fired - wrong) / fired if fired else 1.0,
+        cause_accuracy=sum(o.cause_verdict == "right" for o in recalled) / len(recalled) if recalled else 0.0,
+        false_per_healthy_hour=false_alerts / healthy_hours if healthy_hours else 0.0,
+        healthy_hours=healthy_hours, false_alerts=false_alerts,
+    )
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} s"
+
+
+def table(outcomes: Sequence[Outcome]) -> str:
+    """Markdown: one row per scenario, then the totals against the targets."""
+    rows = ["| scenario | fault | expected alert | fired (unexpected) | cause named | cause | fault→firing | "
+            "clear→resolved |", "|---|---|---|---|---|---|---|---|"]
+    for o in outcomes:
+        s = o.scenario
+        fired = ", ".join(sorted(o.fired() | {t.name for t in o.false_alerts})) or "none"
+        unexpected = ", ".join(sorted(o.unexpected))
+        verdict = o.cause_verdict if s.expect else "-"
+        rows.append(f"| {s.name} | {s.fault} | {s.expect or '-'} | {fired}"
+                    f"{f' (**{unexpected}**)' if unexpected else ''} | {o.cause_named or '-'} | {verdict} | "
+                    f"{_seconds(o.to_firing_s)} | {_seconds(o.to_resolved_s)} |")
+    total = score(outcomes)
+    rows += ["", "| measure | value | target |", "|---|---|---|",
+             f"| alert recall | {total.recall:.0%} | 100 % |",
+             f"| alert precision | {total.precision:.0%} | ≥ 95 % |",
+             f"| cause accuracy | {total.cause_accuracy:.0%} | ≥ 90 % |",
+             f"| false alerts per healthy hour | {total.false_per_healthy_hour:.1f} "
+             f"({total.false_alerts} in {total.healthy_hours * 60:.0f} healthy min) | 0 |"]
+    return "\n".join(rows)

@@ -1,0 +1,83 @@
+"""`infermon demo` as a user starts it: a fresh state unless --keep-state, no DOWN before the
+first scrape, and the replayed H200 busy while the simulated engine serves (#17 item 6)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from bench.promserver import free_port
+
+
+def _start(cwd: Path, port: int, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path.cwd())}
+    env.pop("INFERMON_STORAGE__URL", None)
+    return subprocess.Popen([sys.executable, "-m", "monitor.cli", "demo", "--port", str(port), *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd)
+
+
+def _stop(process: subprocess.Popen[str]) -> str:
+    process.send_signal(signal.SIGINT)
+    try:
+        return process.communicate(timeout=30)[0]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def _metric(text: str, name: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_demo_starts_fresh_waits_for_the_first_scrape_and_its_gpu_follows_the_load(tmp_path: Path) -> None:
+    port = free_port()
+    (tmp_path / "infermon-demo.db").write_text("not a database: a fresh demo must not open it")
+    process = _start(tmp_path, port, "--duration", "170")
+    try:
+        deadline = time.monotonic() + 150  # a busy machine starts slowly; the first fault is at 3:00
+        statuses: list[dict[str, object]] = []
+        util = None
+        while util is None or util == 0:
+            assert time.monotonic() < deadline and process.poll() is None, f"no busy GPU; statuses {statuses[-3:]}"
+            time.sleep(0.5)
+            try:
+                status = httpx.get(f"http://127.0.0.1:{port}/api/v1/status", timeout=5).json()
+                text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            except httpx.HTTPError:
+                continue
+            statuses.append(status)
+            rps = _metric(text, "inference_requests_per_second")
+            util = _metric(text, "inference_gpu_utilization_ratio") if rps else None
+        assert util is not None and 0.25 <= util <= 0.35  # the 30 % duty part of the recording, not 0 % idle
+        alerts = httpx.get(f"http://127.0.0.1:{port}/api/v1/alerts", timeout=5).json()
+        # nothing restored from an earlier demo's database, no DOWN, GPU or cost alert at start (the
+        # quality layer's come from today's run, which the demo's simulated history makes drift)
+        assert [(t["labels"]["alertname"], t["status"]) for t in alerts["transitions"]
+                if t["labels"].get("layer") != "quality"] == []
+    finally:
+        output = _stop(process)
+    assert "Traceback" not in output, output[-3000:]
+    waiting = output.index("waiting for the first scrape of vllm-sim")
+    assert waiting < output.index("overview  http://")  # the banner only once the target was scraped
+    assert "DOWN" not in output
+    assert (tmp_path / "infermon-demo.db").read_text().startswith("not a database")  # left alone
+
+
+def test_demo_keeps_its_state_only_when_asked(tmp_path: Path) -> None:
+    process = _start(tmp_path, free_port(), "--duration", "3", "--keep-state")
+    try:
+        process.wait(timeout=60)
+    finally:
+        output = _stop(process)
+    assert process.returncode == 0, output[-3000:]
+    assert (tmp_path / "infermon-demo.db").stat().st_size > 0
