@@ -7,6 +7,7 @@ with an injected HTTP client and clock.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import sys
@@ -19,13 +20,20 @@ from typing import Any
 
 import httpx
 from prometheus_client.core import Metric
+from sqlalchemy.exc import SQLAlchemyError
 
 from monitor import __version__
 from monitor.alerting.context import Views
 from monitor.alerting.delivery import Delivery, render_delivery
-from monitor.alerting.embedded import EmbeddedEvaluator, Transitions, exposition_samples
+from monitor.alerting.embedded import (
+    EmbeddedEvaluator,
+    StateChanges,
+    Transitions,
+    exposition_samples,
+    registry_samples,
+)
 from monitor.alerting.explain import Explainer
-from monitor.alerting.model import AlertSink
+from monitor.alerting.model import Alert, AlertSink
 from monitor.alerting.rules import RulesError, RuleSet, load_rules
 from monitor.canary.collector import CanaryCollector
 from monitor.canary.render import render_canary
@@ -34,7 +42,7 @@ from monitor.config import ConfigError, ServiceSettings, Settings, load_settings
 from monitor.cost.collector import CostCollector
 from monitor.cost.render import render_cost
 from monitor.exporter import ExpositionCache, Renderer, TextWriter, make_registry, render_health, render_text
-from monitor.health import HealthBook
+from monitor.health import CollectorHealth, HealthBook
 from monitor.infra.collector import InfraCollector, import_pynvml
 from monitor.infra.render import render_infra
 from monitor.quality.layer import QualityLayer
@@ -45,10 +53,12 @@ from monitor.service.schedule import Spreader, render_schedule
 from monitor.service.scrape import pool_limits
 from monitor.store.quality import QualityStore
 from monitor.store.session import Store
+from monitor.store.worker import StoreUnavailable, StoreWorker
 from monitor.web.history import History
 from monitor.web.overview import headline, overview
 
 log = logging.getLogger("monitor.runtime")
+STORE_PROBE_SECONDS = 10.0  # how often the store job checks the database answers and its file is there
 
 
 @dataclass
@@ -103,9 +113,10 @@ class Monitor:
         self.started = wall()
         self.health = HealthBook(wall=wall)
         self.store = Store(settings.storage.url)
-        self.health.listeners.append(
-            lambda entry, state: self.store.record_event(wall(), entry.collector, entry.target, state, entry.error)
-        )
+        # Every store call of the outbox, the evaluator and the history on one thread, off the loop.
+        self.store_io = StoreWorker(self.store.engine, self.health)
+        self.events = self.store.recent_events(20)  # the history's newest, kept by the store thread
+        self.health.listeners.append(self._on_health_change)
         self.client = client or httpx.AsyncClient(follow_redirects=True, trust_env=False,
                                                   limits=pool_limits(settings.service))
         self.cpu = ThreadPoolExecutor(1, thread_name_prefix="infermon-cpu")  # parse, derive, render
@@ -133,9 +144,10 @@ class Monitor:
         self.cost = CostCollector(settings, self.service, self.infra, self.health, self.store, wall)
         self.jobs.append(Job("cost", settings.service.scrape_interval.seconds, self.cost.collect))
         # alerting delivery: the evaluator and POST /api/v1/alertmanager write to the sink (the outbox)
-        self.delivery = Delivery(settings.alerting, self.store.engine, self.client, wall)
+        self.delivery = Delivery(settings.alerting, self.store.engine, self.client, wall, worker=self.store_io)
         self.sink: AlertSink = self.delivery
         self.jobs.append(Job("delivery", 1.0, self.delivery.run_once))
+        self.jobs.append(Job("store", STORE_PROBE_SECONDS, self.store_io.probe))
         renderers: list[Renderer] = [
             lambda: render_service(self.service.view),
             lambda: [render_objectives(self.service.view)],
@@ -182,6 +194,7 @@ class Monitor:
         for job in self.jobs:
             if job.cron is None:  # a daily run is not part of one collection cycle
                 await self.run_job(job)
+        await self.store_io.drain()  # the history records of this cycle are written
 
     def metrics_text(self) -> bytes:
         latest = self.exposition.latest
@@ -259,7 +272,7 @@ class Monitor:
                        "last_reload_successful": self.reloads.successful, "last_reload": self.reloads.at,
                        "last_reload_error": self.reloads.error},
             "collectors": [entry.as_dict() for entry in self.health.entries.values()],
-            "recent_events": self.store.recent_events(20),
+            "recent_events": self.events,
             "alerting": self.alerting.status() if self.alerting else {"enabled": False},
             "overview": overview(self),  # the numbers of the page at / and of `infermon status`
         }
@@ -303,17 +316,37 @@ class Monitor:
         with self.health.run("alerts"):
             latest = self.exposition.latest
             if latest is None:
-                self.alerting.run(self.registry, self.wall(), interval)
-                return
-            loop = asyncio.get_running_loop()
-            samples = await loop.run_in_executor(self.cpu, exposition_samples, latest.body, self.alerting.metrics)
-            self.alerting.run_samples(samples, latest.rendered_at, interval)
+                samples, ts = registry_samples(self.registry, self.alerting.metrics), self.wall()
+            else:
+                loop = asyncio.get_running_loop()
+                samples = await loop.run_in_executor(self.cpu, exposition_samples, latest.body, self.alerting.metrics)
+                ts = latest.rendered_at
+            alerts = self.alerting.advance(samples, ts, slack=min(0.5, 0.05 * interval))
+            if alerts is None:
+                return  # this instant is evaluated already
+            changes = self.alerting.changes()
+        # The transitions and states go to the store thread; a failure there is the store's, not the rules'.
+        with contextlib.suppress(StoreUnavailable, SQLAlchemyError):
+            await self.store_io.call(self._write_alerts, alerts, changes)
+
+    def _write_alerts(self, alerts: list[Alert], changes: StateChanges) -> None:
+        assert self.alerting is not None
+        if not self.alerting.write(alerts, changes):
+            raise StoreUnavailable("alert transitions or states could not be stored (retried next evaluation)")
+
+    def _on_health_change(self, entry: CollectorHealth, state: str) -> None:
+        self.store_io.submit(self._record_event, self.wall(), entry.collector, entry.target, state, entry.error)
+
+    def _record_event(self, ts: float, collector: str, target: str, state: str, error: str | None) -> None:
+        self.store.record_event(ts, collector, target, state, error)
+        self.events = self.store.recent_events(20)
 
     async def prune(self) -> None:
-        self.store.prune(self.wall() - self.settings.storage.retention.seconds)
+        await self.store_io.call(self.store.prune, self.wall() - self.settings.storage.retention.seconds)
         await self.delivery.prune(self.wall() - self.settings.storage.retention.seconds)
 
     async def aclose(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.store_io.close)  # the queued history first
         self.store.close()
         await self.canary.aclose()
         await self.infra.aclose()

@@ -52,3 +52,4 @@ class Store:
     def close(self) -> None:
         if not self.memory:  # disposing the one in-memory connection would drop the database
             self.engine.dispose()
+

@@ -47,7 +47,7 @@ def overview(monitor: Monitor) -> dict[str, Any]:
         "layers": layers,
         **sections,
         "alerts": alerts,
-        "events": monitor.store.recent_events(EVENTS),
+        "events": monitor.events[:EVENTS],  # kept by the store thread: no query on the loop
         "charts": charts(monitor.history, now),
     }
 
