@@ -191,6 +191,9 @@ class InfraSettings(_Section):
 class StorageSettings(_Section):
     url: str = Field("sqlite:///./infermon.db", description="SQLAlchemy URL: SQLite embedded, PostgreSQL at scale")
     retention: Duration = Field(Duration("30d"), description="History older than this is pruned")
+    check_interval: Duration = Field(
+        Duration("10s"), description="How often the store collector checks the database answers (and its file is there)"
+    )
 
     @field_validator("url")
     @classmethod
@@ -209,8 +212,8 @@ class ServerSettings(_Section):
     host: str = "0.0.0.0"
     port: int = Field(9480, ge=0, le=65535)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    limit_concurrency: int = Field(
-        512, ge=8, description="Most connections (and requests) at once; more are answered 503 and closed"
+    max_connections: int = Field(
+        512, ge=8, description="Most open connections; at the cap the longest one without a request is closed"
     )
     timeout_keep_alive: Duration = Field(Duration("5s"), description="An idle connection is closed after this")
     header_timeout: Duration = Field(

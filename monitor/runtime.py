@@ -58,7 +58,6 @@ from monitor.web.history import History
 from monitor.web.overview import headline, overview
 
 log = logging.getLogger("monitor.runtime")
-STORE_PROBE_SECONDS = 10.0  # how often the store job checks the database answers and its file is there
 
 
 @dataclass
@@ -131,6 +130,7 @@ class Monitor:
         self.jobs.append(Job("retention", 3600.0, self.prune))
         # quality: the daily judge run (cron), and the view of the latest stored runs
         self.quality = QualityLayer(settings.quality, QualityStore(self.store.engine), self.health, wall)
+        self.quality.io = self.store_io.call
         self.jobs.append(Job("quality_refresh", settings.quality.refresh_interval.seconds, self.quality.refresh))
         self.jobs.append(Job("quality_retention", 3600.0, self.quality.prune))
         if settings.quality.enabled:
@@ -142,12 +142,13 @@ class Monitor:
             self.jobs.append(Job("canary", self.canary.tick_seconds, self.canary.dispatch))
         # cost: after service and infra in each run_once, on the service's interval when scheduled
         self.cost = CostCollector(settings, self.service, self.infra, self.health, self.store, wall)
+        self.cost.io = self.store_io.call
         self.jobs.append(Job("cost", settings.service.scrape_interval.seconds, self.cost.collect))
         # alerting delivery: the evaluator and POST /api/v1/alertmanager write to the sink (the outbox)
         self.delivery = Delivery(settings.alerting, self.store.engine, self.client, wall, worker=self.store_io)
         self.sink: AlertSink = self.delivery
         self.jobs.append(Job("delivery", 1.0, self.delivery.run_once))
-        self.jobs.append(Job("store", STORE_PROBE_SECONDS, self.store_io.probe))
+        self.jobs.append(Job("store", settings.storage.check_interval.seconds, self.store_io.probe))
         renderers: list[Renderer] = [
             lambda: render_service(self.service.view),
             lambda: [render_objectives(self.service.view)],

@@ -22,6 +22,7 @@ P99_BAR_SECONDS = 0.1
 class HealthzProbe:
     def __init__(self) -> None:
         self.times: list[float] = []
+        self.started: list[float] = []  # perf_counter at each answer's start (to place a slow one)
         self.failures = 0
 
     def p99(self, since: int = 0) -> float:
@@ -69,6 +70,7 @@ def healthz_probe(url: str, pause: float = 0.01) -> Iterator[HealthzProbe]:
             except httpx.HTTPError:
                 ok = False
             if ok:
+                probe.started.append(started)
                 probe.times.append(time.perf_counter() - started)
             else:
                 probe.failures += 1

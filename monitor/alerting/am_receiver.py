@@ -112,12 +112,15 @@ def parse_payload(body: bytes, limits: ApiSettings) -> tuple[AmPayload, Cuts]:
     HTTPException 400/422 when it is not one."""
     data = parse_json(body)
     cuts = Cuts()
-    if isinstance(data, dict) and isinstance(data.get("alerts"), list):
-        alerts = data["alerts"]
-        cuts.alerts_dropped = max(0, len(alerts) - limits.max_alerts_per_payload)
-        data["alerts"] = alerts[: limits.max_alerts_per_payload]
+    alerts = data.get("alerts") if isinstance(data, dict) else None
     try:
-        payload = AmPayload.model_validate(data)
+        if not isinstance(alerts, list):
+            return AmPayload.model_validate(data), cuts  # raises: not a payload
+        cuts.alerts_dropped = max(0, len(alerts) - limits.max_alerts_per_payload)
+        # One alert at a time: one validation call for 5,000 would hold the GIL (and the loop) throughout.
+        kept = [_validated(alert, index) for index, alert in enumerate(alerts[: limits.max_alerts_per_payload])]
+        payload = AmPayload.model_validate({**data, "alerts": []})
+        payload.alerts = kept
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'payload'}: {e['msg']}" for e in exc.errors()[:5])
         raise HTTPException(422, problems[:1000]) from None
@@ -125,6 +128,14 @@ def parse_payload(body: bytes, limits: ApiSettings) -> tuple[AmPayload, Cuts]:
         cuts.labels_cut += _cut(alert.labels, limits.max_label_chars, cuts.keys)
         cuts.annotations_cut += _cut(alert.annotations, limits.max_annotation_chars, cuts.keys)
     return payload, cuts
+
+
+def _validated(alert: object, index: int) -> AmAlert:
+    try:
+        return AmAlert.model_validate(alert)
+    except ValidationError as exc:
+        problems = "; ".join(f"alerts.{index}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
+        raise HTTPException(422, problems[:1000]) from None
 
 
 def _cut(values: dict[str, str], limit: int, keys: set[str]) -> int:
@@ -141,13 +152,18 @@ def add_alertmanager_route(app: FastAPI, delivery: Delivery, settings: Settings,
                            explain: Explain | None = None) -> None:
     limits = settings.api
 
-    @app.post("/api/v1/alertmanager", dependencies=[Depends(access_guard(settings))])
-    async def alertmanager_webhook(request: Request) -> JSONResponse:
-        body = await read_limited(request, limits.max_body_bytes)  # after the token: the guard ran first
-        payload, cuts = await asyncio.to_thread(parse_payload, body, limits)
+    def prepare(body: bytes) -> tuple[list[Alert], Cuts]:
+        """Parse, bound, fingerprint and explain (a worker thread: thousands of alerts take a while)."""
+        payload, cuts = parse_payload(body, limits)
         alerts = to_alerts(payload)
         if explain is not None:
             alerts = [with_context(alert, explain) for alert in alerts]
+        return alerts, cuts
+
+    @app.post("/api/v1/alertmanager", dependencies=[Depends(access_guard(settings))])
+    async def alertmanager_webhook(request: Request) -> JSONResponse:
+        body = await read_limited(request, limits.max_body_bytes)  # after the token: the guard ran first
+        alerts, cuts = await asyncio.to_thread(prepare, body)
         if cuts:
             log.warning("alertmanager webhook: payload cut to the limits: %d alert(s) dropped past %d, "
                         "%d label and %d annotation value(s) shortened (%s)", cuts.alerts_dropped,

@@ -36,6 +36,8 @@ log = logging.getLogger("monitor.alerting.delivery")
 BACKOFF_INITIAL = 1.0
 BACKOFF_MAX = 60.0
 MAX_SENDS_PER_ROUND = 50  # per receiver and run: bounded work per tick
+RECENT = 50  # transitions kept in `latest`
+STUCK_AFTER = 2.0  # a store call running longer (a lock held elsewhere): a post is answered 503 at once
 
 
 def backoff(attempts: int) -> float:
@@ -68,17 +70,22 @@ class Delivery:
         self.failing = dict.fromkeys(configs, False)
         self.pending = dict.fromkeys(configs, 0)
         self.oldest_pending: dict[str, float] = {}  # receiver -> when its oldest undelivered one was queued
+        # The newest transitions with their delivery states, kept by the store thread for the page
+        # and /api/v1/status (a query there would wait on the loop for a locked database).
+        self.latest: list[dict[str, Any]] = self.outbox.recent(RECENT)
 
     def enqueue(self, alerts: Sequence[Alert], source: str) -> None:
-        self.outbox.store(alerts, source)
+        self.store(alerts, source)
 
     def store(self, alerts: Sequence[Alert], source: str) -> int:
         """As `enqueue`, returning how many transitions were new (the rest were duplicates)."""
-        return self.outbox.store(alerts, source)
+        new = self.outbox.store(alerts, source)
+        self.latest = self.outbox.recent(RECENT)
+        return new
 
     async def store_async(self, alerts: Sequence[Alert], source: str) -> int:
         """As `store`, on the store thread (the Alertmanager receiver awaits it)."""
-        return await self.worker.call(self.outbox.store, alerts, source)
+        return await self.worker.call(self.store, alerts, source, stuck_after=STUCK_AFTER)
 
     def recent(self, limit: int = 50) -> list[dict[str, Any]]:
         return self.outbox.recent(limit)
@@ -92,6 +99,7 @@ class Delivery:
             await asyncio.gather(*(self._drain(name, receiver) for name, receiver in self.receivers.items()))
             self.pending = await io(self.outbox.pending_counts)
             self.oldest_pending = await io(self.outbox.oldest_pending)
+            self.latest = await io(self.outbox.recent, RECENT)
         except SQLAlchemyError as exc:
             log.warning("delivery: outbox unavailable (%s), retrying next run", type(exc).__name__)
 

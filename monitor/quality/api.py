@@ -13,6 +13,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
+from monitor.alerting.delivery import STUCK_AFTER
 from monitor.auth import access_guard
 from monitor.body import parse_json, read_limited
 from monitor.quality.redact import Redactor
@@ -20,6 +21,7 @@ from monitor.quality.report import ModelReport, render_report
 from monitor.quality.sample import Sample, SampleIn
 from monitor.quality.sampling import baseline_dates
 from monitor.store.quality import QualityRun
+from monitor.store.worker import StoreUnavailable
 
 if TYPE_CHECKING:
     from monitor.runtime import Monitor
@@ -42,8 +44,8 @@ def quality_router(monitor: Monitor) -> APIRouter:
         samples = await asyncio.to_thread(_parse_samples, body, monitor.wall(), settings.max_text_chars)
         redacted = [s.redacted(redact) for s in samples]
         try:
-            added = await monitor.store_io.call(store.add_samples, redacted)
-        except SQLAlchemyError as exc:  # a full disk, a locked or read-only database: the sender retries
+            added = await monitor.store_io.call(store.add_samples, redacted, stuck_after=STUCK_AFTER)
+        except (SQLAlchemyError, StoreUnavailable) as exc:  # full disk, locked or read-only: the sender retries
             log.error("samples: cannot store %d sample(s): %s", len(samples), type(exc).__name__)
             return JSONResponse({"error": "cannot store the samples now; retry"}, status_code=503)
         return {"accepted": len(samples), "stored": added, "duplicates": len(samples) - added}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -42,15 +43,21 @@ class StoreWorker:
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="infermon-store")
         self.last_error: str | None = None  # the last call's failure, until a call succeeds
         self.closed = False
+        self.busy_since: float | None = None  # when the call on the store thread now started
         sqlite = engine.url.get_backend_name() == "sqlite"
         database = engine.url.database if sqlite else None
         self.inline = sqlite and database in (None, "", ":memory:")
         self.sqlite_file = os.path.abspath(database) if sqlite and database and not self.inline else None
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """`fn(*args)` on the store thread; its exception is raised here (and marks the store failed)."""
+    async def call(self, fn: Callable[..., T], *args: Any, stuck_after: float | None = None) -> T:
+        """`fn(*args)` on the store thread; its exception is raised here (and marks the store failed).
+        With `stuck_after`, a store thread busy with one call for longer than that (a lock another
+        process holds) refuses at once instead of queueing: an HTTP client gets its 503 now."""
         if self.closed:
             raise StoreUnavailable("the store is closed")
+        busy = self.busy_since
+        if stuck_after is not None and busy is not None and time.monotonic() - busy > stuck_after:
+            raise StoreUnavailable(f"the store has been busy with one call for {time.monotonic() - busy:.0f} s")
         if self.inline:
             return self._guarded(fn, *args)
         return await asyncio.get_running_loop().run_in_executor(self.pool, self._guarded, fn, *args)
@@ -77,16 +84,21 @@ class StoreWorker:
         await self.call(lambda: None)
 
     def _guarded(self, fn: Callable[..., T], *args: Any) -> T:
+        self.busy_since = time.monotonic()
         try:
             result = fn(*args)
         except Exception as exc:
             self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
             self._mark_failed(exc)
             raise
+        finally:
+            self.busy_since = None
         self.last_error = None
         return result
 
     def _mark_failed(self, exc: Exception) -> None:
+        if self.sqlite_file is not None and not os.path.exists(self.sqlite_file):
+            exc = self._gone()  # SQLite says "readonly database": the reason is the missing file
         if self.health.get(COLLECTOR).success is False and self.health.get(COLLECTOR).error == _reason(exc):
             return  # already failing for this reason: no new run, no new log line
         with self.health.run(COLLECTOR):
@@ -104,11 +116,14 @@ class StoreWorker:
 
     def _check(self) -> None:
         if self.sqlite_file is not None and not os.path.exists(self.sqlite_file):
-            raise StoreUnavailable(f"the database file {os.path.basename(self.sqlite_file)} is gone")
+            raise self._gone()
         with self.engine.connect() as connection:
             connection.execute(text("SELECT 1"))
         if self.last_error is not None:
             raise StoreUnavailable(f"the last write failed: {self.last_error}")
+
+    def _gone(self) -> StoreUnavailable:
+        return StoreUnavailable(f"the database file {os.path.basename(self.sqlite_file or '')} is gone")
 
     def close(self) -> None:
         """Finish what is queued (the history records), then stop the thread."""

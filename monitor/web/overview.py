@@ -151,7 +151,7 @@ def cost_summary(view: CostView) -> dict[str, Any]:
 
 def _alerts(monitor: Monitor) -> dict[str, Any]:
     active = monitor.alerting.active() if monitor.alerting else []
-    recent = monitor.delivery.recent(50)
+    recent = monitor.delivery.latest  # kept by the store thread: no query on the loop
     delivered: dict[str, dict[str, str]] = {}
     for row in reversed(recent):  # oldest first: the newest transition of an alert wins
         delivered[_key(row["labels"])] = row["deliveries"]
