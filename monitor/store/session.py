@@ -52,4 +52,3 @@ class Store:
     def close(self) -> None:
         if not self.memory:  # disposing the one in-memory connection would drop the database
             self.engine.dispose()
-
