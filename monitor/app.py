@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from monitor.alerting.am_receiver import add_alertmanager_route
+from monitor.auth import write_access
 from monitor.cost.report import cost_report
 from monitor.runtime import Job, Monitor
 
@@ -90,8 +91,9 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     @app.get("/api/v1/alerts")
     async def alerts() -> dict[str, object]:
         active = monitor.alerting.active() if monitor.alerting else []
-        return {"active": active, "transitions": monitor.transitions()}
-    add_alertmanager_route(app, monitor.delivery, monitor.settings.api.token, monitor.explainer)
+        return {"active": active, "transitions": await monitor.store_io.call(monitor.transitions)}
+    add_alertmanager_route(app, monitor.delivery, monitor.settings, monitor.explainer)
+    log.info("write routes (POST /api/v1/alertmanager, /api/v1/samples): %s", write_access(monitor.settings).reason)
     from monitor.web.page import add_overview_routes
 
     add_overview_routes(app, monitor)

@@ -83,9 +83,12 @@ def serve(
 
         typer.secho(f"database error: {describe_error(settings.storage.url, exc)}", err=True, fg=typer.colors.RED)
         raise typer.Exit(1) from None
-    api = create_app(monitor)
-    uvicorn.run(api, host=settings.server.host, port=settings.server.port,
-                log_level=settings.server.log_level, access_log=False)
+    from monitor.logfilter import install
+    from monitor.server import uvicorn_config
+
+    server_config = uvicorn_config(create_app(monitor), settings.server)  # configures uvicorn's loggers
+    install(settings.server.log_repeat_window.seconds)
+    uvicorn.Server(server_config).run()
 
 
 @app.command()

@@ -246,6 +246,9 @@ class InfraSettings(_Section):
 class StorageSettings(_Section):
     url: str = Field("sqlite:///./infermon.db", description="SQLAlchemy URL: SQLite embedded, PostgreSQL at scale")
     retention: Duration = Field(Duration("30d"), description="History older than this is pruned")
+    check_interval: Duration = Field(
+        Duration("10s"), description="How often the store collector checks the database answers (and its file is there)"
+    )
 
     @field_validator("url")
     @classmethod
@@ -264,12 +267,48 @@ class ServerSettings(_Section):
     host: str = "0.0.0.0"
     port: int = Field(9480, ge=0, le=65535)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    max_connections: int = Field(
+        512, ge=8, description="Most open connections; at the cap the longest one without a request is closed"
+    )
+    timeout_keep_alive: Duration = Field(Duration("5s"), description="An idle connection is closed after this")
+    header_timeout: Duration = Field(
+        Duration("10s"), description="A connection that has not sent a whole request head by then is closed"
+    )
+    max_header_bytes: int = Field(65536, ge=4096, description="Largest request head (request line and headers)")
+    fd_reserve: int = Field(
+        256, ge=16, description="File descriptors kept free of server connections, for scrapes and the store"
+    )
+    log_repeat_window: Duration = Field(
+        Duration("10s"), description="The same log line again within this is counted, then logged once as repeated"
+    )
 
 
 class ApiSettings(_Section):
     token: SecretStr | None = Field(
         None, description="Bearer token required by the POST endpoints (INFERMON_API__TOKEN); never echoed back"
     )
+    allow_unauthenticated: bool = Field(
+        False, description="Without api.token, accept POSTs from anyone (otherwise only on a loopback bind)"
+    )
+    max_body_bytes: int = Field(
+        4 * 1024 * 1024, ge=1024, description="Largest POST /api/v1/alertmanager body; larger is refused with 413"
+    )
+    max_alerts_per_payload: int = Field(
+        1000, ge=1, description="Alerts taken from one Alertmanager payload; the rest are cut (and said so)"
+    )
+    max_label_chars: int = Field(
+        1024, ge=64, description="Longest label value kept from Alertmanager; longer ones are cut (and said so)"
+    )
+    max_annotation_chars: int = Field(
+        8192, ge=64, description="Longest annotation value kept from Alertmanager; longer ones are cut"
+    )
+
+    @field_validator("token")
+    @classmethod
+    def _not_empty(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("empty: set a token, or leave api.token unset")
+        return value
 
 
 class ReceiverSettings(_Section):

@@ -7,6 +7,7 @@ with an injected HTTP client and clock.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import math
@@ -20,13 +21,20 @@ from typing import Any
 
 import httpx
 from prometheus_client.core import Metric
+from sqlalchemy.exc import SQLAlchemyError
 
 from monitor import __version__
 from monitor.alerting.context import Views
 from monitor.alerting.delivery import Delivery, render_delivery
-from monitor.alerting.embedded import EmbeddedEvaluator, Transitions, exposition_samples
+from monitor.alerting.embedded import (
+    EmbeddedEvaluator,
+    StateChanges,
+    Transitions,
+    exposition_samples,
+    registry_samples,
+)
 from monitor.alerting.explain import Explainer
-from monitor.alerting.model import AlertSink
+from monitor.alerting.model import Alert, AlertSink
 from monitor.alerting.rules import RulesError, RuleSet, load_rules
 from monitor.canary.collector import CanaryCollector
 from monitor.canary.render import render_canary
@@ -35,7 +43,7 @@ from monitor.config import ConfigError, ServiceSettings, Settings, load_settings
 from monitor.cost.collector import CostCollector
 from monitor.cost.render import render_cost
 from monitor.exporter import ExpositionCache, Renderer, TextWriter, make_registry, render_health, render_text
-from monitor.health import HealthBook
+from monitor.health import CollectorHealth, HealthBook
 from monitor.infra.collector import InfraCollector, import_pynvml
 from monitor.infra.render import render_infra
 from monitor.looplag import LoopLagProbe, render_loop_lag
@@ -47,6 +55,7 @@ from monitor.service.schedule import SCRAPES, Spreader, render_schedule
 from monitor.service.scrape import pool_limits
 from monitor.store.quality import QualityStore
 from monitor.store.session import Store
+from monitor.store.worker import StoreUnavailable, StoreWorker
 from monitor.web.history import History
 from monitor.web.overview import headline, overview
 
@@ -106,9 +115,10 @@ class Monitor:
         self.collected_at: dict[str, float] = {}  # layer -> when its first collection since start ended
         self.health = HealthBook(wall=wall)
         self.store = Store(settings.storage.url)
-        self.health.listeners.append(
-            lambda entry, state: self.store.record_event(wall(), entry.collector, entry.target, state, entry.error)
-        )
+        # Every store call of the outbox, the evaluator and the history on one thread, off the loop.
+        self.store_io = StoreWorker(self.store.engine, self.health)
+        self.events = self.store.recent_events(20)  # the history's newest, kept by the store thread
+        self.health.listeners.append(self._on_health_change)
         self.client = client or httpx.AsyncClient(follow_redirects=True, trust_env=False,
                                                   limits=pool_limits(settings.service))
         self.cpu = ThreadPoolExecutor(1, thread_name_prefix="infermon-cpu")  # parse, derive, render
@@ -123,6 +133,7 @@ class Monitor:
         self.jobs.append(Job("retention", 3600.0, self.prune))
         # quality: the daily judge run (cron), and the view of the latest stored runs
         self.quality = QualityLayer(settings.quality, QualityStore(self.store.engine), self.health, wall)
+        self.quality.io = self.store_io.call
         self.jobs.append(Job("quality_refresh", settings.quality.refresh_interval.seconds, self.quality.refresh))
         self.jobs.append(Job("quality_retention", 3600.0, self.quality.prune))
         if settings.quality.enabled:
@@ -134,11 +145,13 @@ class Monitor:
             self.jobs.append(Job("canary", self.canary.tick_seconds, self.canary.dispatch))
         # cost: after service and infra in each run_once, on the service's interval when scheduled
         self.cost = CostCollector(settings, self.service, self.infra, self.health, self.store, wall)
+        self.cost.io = self.store_io.call
         self.jobs.append(Job("cost", settings.service.scrape_interval.seconds, self.cost.collect))
         # alerting delivery: the evaluator and POST /api/v1/alertmanager write to the sink (the outbox)
-        self.delivery = Delivery(settings.alerting, self.store.engine, self.client, wall)
+        self.delivery = Delivery(settings.alerting, self.store.engine, self.client, wall, worker=self.store_io)
         self.sink: AlertSink = self.delivery
         self.jobs.append(Job("delivery", 1.0, self.delivery.run_once))
+        self.jobs.append(Job("store", settings.storage.check_interval.seconds, self.store_io.probe))
         renderers: list[Renderer] = [
             lambda: render_service(self.service.view),
             lambda: [render_objectives(self.service.view)],
@@ -192,6 +205,7 @@ class Monitor:
         for job in self.jobs:
             if job.cron is None:  # a daily run is not part of one collection cycle
                 await self.run_job(job)
+        await self.store_io.drain()  # the history records of this cycle are written
 
     def metrics_text(self) -> bytes:
         latest = self.exposition.latest
@@ -275,7 +289,7 @@ class Monitor:
                        "last_reload_error": self.reloads.error},
             "collectors": [entry.as_dict() for entry in self.health.entries.values()],
             "jobs": [job.as_dict(self.wall()) for job in list(self.health.jobs.values())],
-            "recent_events": self.store.recent_events(20),
+            "recent_events": self.events,
             "alerting": self.alerting.status() if self.alerting else {"enabled": False},
             "event_loop": self.loop_lag.status(),
             "overview": overview(self),  # the numbers of the page at / and of `infermon status`
@@ -324,11 +338,30 @@ class Monitor:
         with self.health.run("alerts"):
             latest = self.exposition.latest
             if latest is None:
-                self.alerting.run(self.registry, self.wall(), interval)
-                return
-            loop = asyncio.get_running_loop()
-            samples = await loop.run_in_executor(self.cpu, exposition_samples, latest.body, self.alerting.metrics)
-            self.alerting.run_samples(samples, latest.rendered_at, interval)
+                samples, ts = registry_samples(self.registry, self.alerting.metrics), self.wall()
+            else:
+                loop = asyncio.get_running_loop()
+                samples = await loop.run_in_executor(self.cpu, exposition_samples, latest.body, self.alerting.metrics)
+                ts = latest.rendered_at
+            alerts = self.alerting.advance(samples, ts, slack=min(0.5, 0.05 * interval))
+            if alerts is None:
+                return  # this instant is evaluated already
+            changes = self.alerting.changes()
+        # The transitions and states go to the store thread; a failure there is the store's, not the rules'.
+        with contextlib.suppress(StoreUnavailable, SQLAlchemyError):
+            await self.store_io.call(self._write_alerts, alerts, changes)
+
+    def _write_alerts(self, alerts: list[Alert], changes: StateChanges) -> None:
+        assert self.alerting is not None
+        if not self.alerting.write(alerts, changes):
+            raise StoreUnavailable("alert transitions or states could not be stored (retried next evaluation)")
+
+    def _on_health_change(self, entry: CollectorHealth, state: str) -> None:
+        self.store_io.submit(self._record_event, self.wall(), entry.collector, entry.target, state, entry.error)
+
+    def _record_event(self, ts: float, collector: str, target: str, state: str, error: str | None) -> None:
+        self.store.record_event(ts, collector, target, state, error)
+        self.events = self.store.recent_events(20)
 
     def collected(self, metric: str, at: float) -> bool:
         """Does a page rendered at `at` hold what the collector behind this metric collected since
@@ -349,10 +382,11 @@ class Monitor:
         return all(p.last_at is not None for p in probes) or self.wall() - self.started >= waited
 
     async def prune(self) -> None:
-        self.store.prune(self.wall() - self.settings.storage.retention.seconds)
+        await self.store_io.call(self.store.prune, self.wall() - self.settings.storage.retention.seconds)
         await self.delivery.prune(self.wall() - self.settings.storage.retention.seconds)
 
     async def aclose(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.store_io.close)  # the queued history first
         self.store.close()
         await self.canary.aclose()
         await self.infra.aclose()

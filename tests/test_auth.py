@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
+import pytest
 from fastapi import Depends, FastAPI
 from pydantic import SecretStr
 
-from monitor.auth import bearer_guard
-from monitor.config import load_settings
-from tests.appserver import serve_asgi
+from monitor.app import create_app
+from monitor.auth import bearer_guard, write_access
+from monitor.config import ConfigError, load_settings
+from monitor.runtime import Monitor
+from tests.appserver import serve_app, serve_asgi
 
 
 @contextmanager
-def _app(token: str | None) -> Iterator[httpx.Client]:
+def _app(token: str | None, allow_unauthenticated: bool = False) -> Iterator[httpx.Client]:
     app = FastAPI()
 
-    @app.post("/guarded", dependencies=[Depends(bearer_guard(SecretStr(token) if token else None))])
+    guard = bearer_guard(SecretStr(token) if token else None, allow_unauthenticated)
+
+    @app.post("/guarded", dependencies=[Depends(guard)])
     async def guarded() -> dict[str, bool]:
         return {"ok": True}
 
@@ -39,9 +45,52 @@ def _check_guarded(client: httpx.Client) -> None:
     assert client.post("/guarded", headers={"Authorization": "Bearer s3cret-token"}).json() == {"ok": True}
 
 
-def test_no_token_means_open() -> None:
+def test_no_token_is_refused_unless_opened() -> None:
     with _app(None) as client:
+        refused = client.post("/guarded")
+        assert refused.status_code == 403 and "api.token" in refused.json()["detail"]
+    with _app(None, allow_unauthenticated=True) as client:
         assert client.post("/guarded").status_code == 200
+
+
+def test_empty_token_is_a_config_error(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("INFERMON_API__TOKEN", "")
+    with pytest.raises(ConfigError, match=r"api\.token: empty"):
+        load_settings()
+    monkeypatch.setenv("INFERMON_API__TOKEN", "   ")
+    with pytest.raises(ConfigError, match=r"api\.token: empty"):
+        load_settings()
+
+
+@pytest.mark.parametrize(("server", "api", "open_", "says"), [
+    ({"host": "0.0.0.0"}, {}, False, "refused"),
+    ({"host": "10.0.0.5"}, {}, False, "refused"),
+    ({"host": "127.0.0.1"}, {}, True, "loopback"),
+    ({"host": "::1"}, {}, True, "loopback"),
+    ({"host": "localhost"}, {}, True, "loopback"),
+    ({"host": "0.0.0.0"}, {"allow_unauthenticated": True}, True, "allow_unauthenticated"),
+    ({"host": "127.0.0.1"}, {"token": "t0ken-xyz"}, False, "bearer token required"),
+])
+def test_who_may_write(server: dict[str, object], api: dict[str, object], open_: bool, says: str) -> None:
+    access = write_access(load_settings(None, {"server": server, "api": api}))
+    assert access.open is open_ and says in access.reason
+    assert "t0ken-xyz" not in access.reason
+
+
+def test_start_up_says_who_may_write(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="monitor.app")
+    create_app(Monitor(load_settings(None, {"infra": {"nvml": {"enabled": False}}})), schedule=False)
+    assert "write routes" in caplog.text and "refused: no api.token and the server binds to 0.0.0.0" in caplog.text
+
+
+def test_unauthenticated_writes_refused_on_the_real_routes() -> None:
+    monitor = Monitor(load_settings(None, {"infra": {"nvml": {"enabled": False}}}))
+    with serve_app(monitor) as url:
+        for path in ("/api/v1/alertmanager", "/api/v1/samples"):
+            answer = httpx.post(f"{url}{path}", json={"alerts": []})
+            assert answer.status_code == 403, path
+        bare = httpx.post(f"{url}/api/v1/alertmanager", json={}, headers={"Authorization": "Bearer"})
+        assert bare.status_code == 403
 
 
 def test_token_from_environment_is_secret(monkeypatch) -> None:  # type: ignore[no-untyped-def]

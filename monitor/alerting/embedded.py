@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote_plus
@@ -36,6 +37,13 @@ metric collected since this process started"""
 Explain = Callable[[Mapping[str, str]], dict[str, str]]
 """labels -> the annotations an alert gains when it fires (`context`, `probable_cause`)"""
 EXPLAINED = ("context", "probable_cause")
+
+
+@dataclass(frozen=True)
+class StateChanges:
+    current: dict[tuple[str, str], tuple[object, ...]]  # every active alert's snapshot
+    upserts: list[StoredAlert]
+    gone: list[tuple[str, str]]
 
 
 class LoggingSink:
@@ -125,6 +133,18 @@ class EmbeddedEvaluator:
 
     def evaluate(self, samples: dict[str, list[Sample]], ts: float, slack: float = 0.0) -> list[Alert]:
         """Advance every rule at `ts`; returns (and sends) the transitions as Alertmanager alerts."""
+        alerts = self._advance(samples, ts, slack)
+        self.write(alerts, self.changes())
+        return alerts
+
+    def advance(self, samples: dict[str, list[Sample]], ts: float, slack: float = 0.0) -> list[Alert] | None:
+        """The state part of `evaluate` (on the loop, no I/O); None when `ts` is evaluated already.
+        `write(alerts, changes())` is the I/O part, for the store thread."""
+        if self.last_ts is not None and ts <= self.last_ts and not self.held:
+            return None  # (a rule held back at that instant is evaluated once its collector is in)
+        return self._advance(samples, ts, slack)
+
+    def _advance(self, samples: dict[str, list[Sample]], ts: float, slack: float) -> list[Alert]:
         alerts = [Alert(row.labels, row.annotations, _utc(row.fired_at or row.active_at), _utc(ts))
                   for row in self._orphans]
         self._orphans = []
@@ -141,19 +161,26 @@ class EmbeddedEvaluator:
             if state.last_error and state.last_error != previous_error:  # once when it starts or changes
                 log.warning("alert rule %s: %s", state.rule.name, state.last_error)
         self.last_ts = ts
-        self._send(alerts)
-        self._persist()
         return alerts
 
-    def _send(self, alerts: list[Alert]) -> None:
+    def write(self, alerts: list[Alert], changes: StateChanges) -> bool:
+        """Hand the transitions to the sink and save the changed states; False when either failed
+        (both are offered again next time). Runs on the store thread under `infermon serve`."""
+        sent = self._send(alerts)
+        return self._persist(changes) and sent
+
+    def _send(self, alerts: list[Alert]) -> bool:
         pending, self._unsent = [*self._unsent, *alerts], []
         if not pending:
-            return
+            return True
         try:
             self.sink.enqueue(pending, "embedded")
-        except Exception:  # delivery's outbox failing: keep them and offer them again next time
-            log.exception("alert sink refused %d transition(s); retrying at the next evaluation", len(pending))
+        except Exception as exc:  # delivery's outbox failing: keep them and offer them again next time
+            log.error("alert sink refused %d transition(s) (%s); retrying at the next evaluation",
+                      len(pending), type(exc).__name__)
             self._unsent = pending
+            return False
+        return True
 
     def _explained(self, rule_key: str, transition: Transition) -> dict[str, str]:
         """Firing: the evidence now, kept for /api/v1/alerts and the resolved message; resolved:
@@ -213,12 +240,11 @@ class EmbeddedEvaluator:
         return [((state.rule.key, fp), (a.state, a.active_at, a.fired_at, a.keep_firing_since))
                 for state in self.states for fp, a in state.active.items()]
 
-    def _persist(self) -> None:
+    def changes(self) -> StateChanges:
+        """What changed since the last save, taken on the loop (the states are the loop's)."""
         current = dict(self._snapshots())
         changed = [key for key, snap in current.items() if self._saved.get(key) != snap]
         gone = [key for key in self._saved if key not in current]
-        if not changed and not gone:
-            return
         by_key = {state.rule.key: state for state in self.states}
         upserts = []
         for rule_key, fp in changed:
@@ -226,11 +252,18 @@ class EmbeddedEvaluator:
             notes = _annotated(a.annotations, self.explained.get((rule_key, fp)))
             upserts.append(StoredAlert(rule_key, fp, a.labels, notes, a.state, a.active_at, a.fired_at,
                                        a.keep_firing_since, a.value if math.isfinite(a.value) else 0.0))
+        return StateChanges(current, upserts, gone)
+
+    def _persist(self, changes: StateChanges) -> bool:
+        if not changes.upserts and not changes.gone:
+            return True
         try:
-            save_alert_states(self.engine, upserts, gone)
-            self._saved = current
-        except Exception:  # the store failing must not stop alerting; it is tried again next time
-            log.exception("saving alert state failed")
+            save_alert_states(self.engine, changes.upserts, changes.gone)
+            self._saved = changes.current
+        except Exception as exc:  # the store failing must not stop alerting; it is tried again next time
+            log.error("saving alert state failed (%s); retrying at the next evaluation", type(exc).__name__)
+            return False
+        return True
 
     # ---- views --------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ Delivery (delivery.py) drives these; nothing here sends or sleeps, and the clock
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -70,51 +70,53 @@ class Outbox:
         return retry_conflicts(lambda: self._store_once(alerts, source))
 
     def _store_once(self, alerts: Sequence[Alert], source: str) -> int:
-        now, new = self.wall(), 0
+        now = self.wall()
         with Session(self.engine) as session, session.begin():
-            for alert in alerts:
-                key = transition_key(alert)
-                if session.scalar(select(AlertTransition.id).where(AlertTransition.dedup_key == key)) is not None:
+            keys = [transition_key(alert) for alert in alerts]
+            seen = set(_in_chunks(session, AlertTransition.dedup_key, AlertTransition.dedup_key, keys))
+            fresh: list[tuple[Alert, AlertTransition]] = []
+            for alert, key in zip(alerts, keys, strict=True):
+                if key in seen:
                     continue
-                row = _transition_row(alert, key, source, now)
-                session.add(row)
-                session.flush()
-                new += 1
+                seen.add(key)
+                fresh.append((alert, _transition_row(alert, key, source, now)))
+            if not fresh:
+                return 0
+            session.add_all([row for _, row in fresh])
+            session.flush()  # one round trip: the new rows get their ids
+            book = _GroupBook.load(session, self.receivers.values(), [alert for alert, _ in fresh])
+            book.transitions.update({row.id: row for _, row in fresh})
+            for alert, row in fresh:
                 for settings in self.receivers.values():
-                    self._join(session, settings, alert, row.id, now, source)
-        return new
+                    self._join(session, book, settings, alert, row.id, now, source)
+        return len(fresh)
 
     def _join(
-        self, session: Session, settings: ReceiverSettings, alert: Alert, tid: int, now: float, source: str
+        self, session: Session, book: _GroupBook, settings: ReceiverSettings, alert: Alert, tid: int, now: float,
+        source: str,
     ) -> None:
         labels = group_labels(alert.labels, settings.group_by)
         key = group_id(settings.name, labels)
-        member = session.scalar(
-            select(OutboxMember).where(
-                OutboxMember.receiver == settings.name,
-                OutboxMember.group_key == key,
-                OutboxMember.fingerprint == alert.fingerprint,
-            )
-        )
+        member = book.members.get((settings.name, key, alert.fingerprint))
         if member is None:
-            session.add(
-                OutboxMember(receiver=settings.name, group_key=key, fingerprint=alert.fingerprint, transition_id=tid)
-            )
+            member = OutboxMember(receiver=settings.name, group_key=key, fingerprint=alert.fingerprint,
+                                  transition_id=tid)
+            session.add(member)
+            book.members[(settings.name, key, alert.fingerprint)] = member
         else:
-            current = session.get(AlertTransition, member.transition_id)
+            current = book.transitions.get(member.transition_id) or session.get(AlertTransition, member.transition_id)
             if current is not None and not supersedes(alert, _alert(current)):
                 return  # a late, older state of an alert the group already holds
             member.transition_id = tid
-        group = session.scalar(
-            select(OutboxGroup).where(OutboxGroup.receiver == settings.name, OutboxGroup.group_key == key)
-        )
+        group = book.groups.get((settings.name, key))
         # Alertmanager already waited its group_wait / group_interval before posting: no second wait.
         from_alertmanager = source == "alertmanager"
         if group is None:
             wait = 0.0 if from_alertmanager else settings.group_wait.seconds
-            session.add(
-                OutboxGroup(receiver=settings.name, group_key=key, group_labels=_dump(labels), next_flush_at=now + wait)
-            )
+            group = OutboxGroup(receiver=settings.name, group_key=key, group_labels=_dump(labels),
+                                next_flush_at=now + wait)
+            session.add(group)
+            book.groups[(settings.name, key)] = group
         elif from_alertmanager:
             group.next_flush_at = min(group.next_flush_at, now)
 
@@ -170,7 +172,9 @@ class Outbox:
         if settings is None:  # the receiver was removed from the configuration
             _delete_group(session, group, members)
             return 0
-        rows = {m.id: session.get(AlertTransition, m.transition_id) for m in members}
+        loaded = {t.id: t for t in _in_chunks(session, AlertTransition, AlertTransition.id,
+                                               [m.transition_id for m in members])}
+        rows = {m.id: loaded.get(m.transition_id) for m in members}
         firing = {r.fingerprint for r in rows.values() if r is not None and r.status == "firing"}
         resolved = {r.fingerprint for r in rows.values() if r is not None and r.status == "resolved"}
         queued = 0
@@ -324,6 +328,42 @@ class Outbox:
             if gone:
                 session.execute(delete(AlertTransition).where(AlertTransition.id.in_(gone)))
             return int(getattr(done, "rowcount", 0) or 0) + len(gone)
+
+
+CHUNK = 500  # values in one IN (...): well under SQLite's and PostgreSQL's limits
+
+
+def _in_chunks(session: Session, what: Any, column: Any, values: Sequence[Any]) -> list[Any]:
+    """`SELECT what WHERE column IN values`, in chunks: one query per 500 values, not one per value."""
+    found: list[Any] = []
+    unique = list(dict.fromkeys(values))
+    for start in range(0, len(unique), CHUNK):
+        found.extend(session.scalars(select(what).where(column.in_(unique[start:start + CHUNK]))))
+    return found
+
+
+@dataclass
+class _GroupBook:
+    """The members and groups a batch of alerts may join, read in a few queries up front."""
+
+    members: dict[tuple[str, str, str], OutboxMember]
+    groups: dict[tuple[str, str], OutboxGroup]
+    transitions: dict[int, AlertTransition]  # the members' current ones (held: the session's map is weak)
+
+    @classmethod
+    def load(cls, session: Session, receivers: Iterable[ReceiverSettings], alerts: Sequence[Alert]) -> _GroupBook:
+        names = [settings.name for settings in receivers]
+        group_keys = {group_id(settings.name, group_labels(alert.labels, settings.group_by))
+                      for settings in receivers for alert in alerts}
+        members: dict[tuple[str, str, str], OutboxMember] = {}
+        for member in _in_chunks(session, OutboxMember, OutboxMember.fingerprint, [a.fingerprint for a in alerts]):
+            if member.receiver in names:
+                members[(member.receiver, member.group_key, member.fingerprint)] = member
+        transitions = {t.id: t for t in _in_chunks(session, AlertTransition, AlertTransition.id,
+                                                    [m.transition_id for m in members.values()])}
+        groups = {(g.receiver, g.group_key): g for g in _in_chunks(session, OutboxGroup, OutboxGroup.group_key,
+                                                                   sorted(group_keys))}
+        return cls(members, groups, transitions)
 
 
 def _transition_row(alert: Alert, key: str, source: str, now: float) -> AlertTransition:

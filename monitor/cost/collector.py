@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from monitor.config import Settings
@@ -68,6 +69,8 @@ class CostCollector:
         self.last_pods: dict[GpuKey, Pods] = {}
         self.warned: set[tuple[str, str, str]] = set()
         self.view = CostView(ts=wall(), budget_usd=settings.cost.daily_budget_usd)
+        # Set by the monitor: its store thread (StoreWorker.call); the ledger's writes never wait on the loop.
+        self.io: Callable[..., Awaitable[Any]] | None = None
 
     async def collect(self) -> CostView:
         with self.health.run(COLLECTOR) as entry:
@@ -78,7 +81,7 @@ class CostCollector:
                 self.view = CostView(ts=now, topology=self.topology.resolve(()),
                                      budget_usd=self.settings.daily_budget_usd)
                 return self.view
-            self.view = self._derive(now, gpus)
+            self.view = self._derive(now, gpus) if self.io is None else await self.io(self._derive, now, gpus)
         return self.view
 
     def _derive(self, now: float, gpus: list[InventoryGpu]) -> CostView:

@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import re
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 
-from monitor.auth import bearer_guard
+from monitor.alerting.delivery import STUCK_AFTER
+from monitor.auth import access_guard
+from monitor.body import parse_json, read_limited
 from monitor.quality.redact import Redactor
 from monitor.quality.report import ModelReport, render_index, render_report
 from monitor.quality.sample import Sample, SampleIn
 from monitor.quality.sampling import baseline_dates
 from monitor.store.quality import QualityRun
+from monitor.store.worker import StoreUnavailable
 
 if TYPE_CHECKING:
     from monitor.runtime import Monitor
+
+log = logging.getLogger("monitor.quality.api")
 
 MAX_SAMPLES_PER_REQUEST = 1000
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -30,11 +38,16 @@ def quality_router(monitor: Monitor) -> APIRouter:
     store = monitor.quality.store
     redact = Redactor(settings.redact)
 
-    @router.post("/api/v1/samples", status_code=202, dependencies=[Depends(bearer_guard(monitor.settings.api.token))])
-    async def post_samples(request: Request) -> dict[str, int]:
-        body = await _read_limited(request, settings.max_body_bytes)
-        samples = _parse_samples(body, monitor.wall(), settings.max_text_chars)
-        added = store.add_samples(s.redacted(redact) for s in samples)
+    @router.post("/api/v1/samples", status_code=202, dependencies=[Depends(access_guard(monitor.settings))])
+    async def post_samples(request: Request) -> Any:
+        body = await read_limited(request, settings.max_body_bytes)
+        samples = await asyncio.to_thread(_parse_samples, body, monitor.wall(), settings.max_text_chars)
+        redacted = [s.redacted(redact) for s in samples]
+        try:
+            added = await monitor.store_io.call(store.add_samples, redacted, stuck_after=STUCK_AFTER)
+        except (SQLAlchemyError, StoreUnavailable) as exc:  # full disk, locked or read-only: the sender retries
+            log.error("samples: cannot store %d sample(s): %s", len(samples), type(exc).__name__)
+            return JSONResponse({"error": "cannot store the samples now; retry"}, status_code=503)
         return {"accepted": len(samples), "stored": added, "duplicates": len(samples) - added}
 
     @router.get("/api/v1/quality/runs")
@@ -75,25 +88,8 @@ def quality_router(monitor: Monitor) -> APIRouter:
     return router
 
 
-async def _read_limited(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise HTTPException(413, f"body larger than {limit} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPException(413, f"body larger than {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _parse_samples(body: bytes, now: float, max_chars: int) -> list[Sample]:
-    try:
-        data = json.loads(body)
-    except ValueError as exc:
-        raise HTTPException(400, f"not JSON: {exc}") from None
+    data = parse_json(body)
     items = data if isinstance(data, list) else [data]
     if not items or len(items) > MAX_SAMPLES_PER_REQUEST:
         raise HTTPException(422, f"send 1 to {MAX_SAMPLES_PER_REQUEST} samples per request")

@@ -10,7 +10,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +70,11 @@ class QualityLayer:
         self.wall = wall
         self.view = QualityView()
         self.last_report: RunReport | None = None
+        # Set by the monitor: its store thread (StoreWorker.call), so reads never wait on the loop.
+        self.io: Callable[..., Awaitable[Any]] | None = None
+
+    async def _store(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(*args) if self.io is None else await self.io(fn, *args)
 
     def runner(self) -> QualityRunner:
         return QualityRunner(self.settings, self.store, build_sources(self.settings, self.store), wall=self.wall)
@@ -90,17 +95,17 @@ class QualityLayer:
         """Re-read the latest runs. A failed read keeps the previous view (and logs why)."""
         try:
             latest: dict[str, ModelResult] = {}
-            for run in self.store.done_runs():  # newest date first
+            for run in await self._store(self.store.done_runs):  # newest date first
                 if run.model not in latest and run.finished is not None:
                     latest[run.model] = ModelResult(run.date, run.finished, json.loads(run.summary or "{}"))
-            self.view = QualityView(latest, self.store.total_judge_cost(), loaded=True)
+            self.view = QualityView(latest, await self._store(self.store.total_judge_cost), loaded=True)
         except Exception as exc:  # the store being briefly locked must not break the job
             log.warning("quality: reading the latest runs failed: %s", exc)
 
     async def prune(self) -> None:
         retention = max((c.retention.seconds for c in self.settings.sources if c.type == "requestlog"), default=None)
         if retention is not None:
-            self.store.prune_samples(self.wall() - retention)
+            await self._store(self.store.prune_samples, self.wall() - retention)
 
     def status(self) -> dict[str, Any]:
         return {

@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+MAX_OUTPUT_TOKENS = 2**31 - 1  # a bigger count is no real response (and overflows the column)
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -69,7 +71,7 @@ class SampleIn(BaseModel):
     reference: str | None = None
     request_id: str | None = Field(None, max_length=190)
     timestamp: datetime | None = None
-    output_tokens: int | None = Field(None, ge=0)
+    output_tokens: int | None = Field(None, ge=0, le=MAX_OUTPUT_TOKENS)
 
     @field_validator("timestamp")
     @classmethod

@@ -49,7 +49,7 @@ def overview(monitor: Monitor) -> dict[str, Any]:
         **sections,
         "canary": canary_rows(monitor.canary.status()),
         "alerts": alerts,
-        "events": monitor.store.recent_events(EVENTS),
+        "events": monitor.events[:EVENTS],  # kept by the store thread: no query on the loop
         "charts": charts(monitor.history, now),
     }
 
@@ -165,7 +165,7 @@ def cost_summary(view: CostView) -> dict[str, Any]:
 
 def _alerts(monitor: Monitor) -> dict[str, Any]:
     active = monitor.alerting.active() if monitor.alerting else []
-    recent = monitor.delivery.recent(50)
+    recent = monitor.delivery.latest  # kept by the store thread: no query on the loop
     delivered: dict[str, dict[str, str]] = {}
     for row in reversed(recent):  # oldest first: the newest transition of an alert wins
         delivered[_key(row["labels"])] = row["deliveries"]

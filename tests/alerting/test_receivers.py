@@ -4,6 +4,7 @@ codes read from a 200 answer, mentions escaped, size limits kept, secrets never 
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import httpx
@@ -86,6 +87,25 @@ def test_mentions_in_label_values_are_escaped() -> None:
         if kind != "slack":
             assert "@all" not in text, kind
     assert "&lt;!channel&gt;" in texts["slack"]
+
+
+def test_markdown_links_and_images_in_label_values_are_escaped() -> None:
+    link, image = "[Re-login](http://phish.example/login)", "![](http://track.example/pixel.png)"
+    hostile = alert(pod=f"x {link} {image}")
+    hostile = type(hostile)(hostile.labels, {**hostile.annotations, "description": f"see {link}"},
+                            hostile.starts_at)
+    with ImServer() as im:
+        for kind in ("feishu", "dingtalk", "wecom"):
+            assert _send(im, kind, _notification(hostile)).sent
+        texts = {
+            "feishu": im.accepted("feishu")[0]["card"]["elements"][0]["text"]["content"],
+            "dingtalk": im.accepted("dingtalk")[0]["markdown"]["text"],
+            "wecom": im.accepted("wecom")[0]["markdown"]["content"],
+        }
+    for kind, text in texts.items():
+        assert not re.search(r"\[[^\]]*\]\(", text), kind  # no [text](url) nor ![alt](url) left
+        assert "［Re-login］(http://phish.example/login)" in text, kind  # still readable
+        assert "!［］(http://track.example/pixel.png)" in text, kind
 
 
 def test_summary_first_then_context_description_labels() -> None:

@@ -8,7 +8,9 @@ context lines (`context`, `probable_cause` when present), the description, the l
     alertname=GPUHot gpu=3 node=node-1 severity=…   <- labels
 
 Values come from labels, which anyone who can push a metric controls: each platform's escape
-function neutralises mentions (`@all`, `<at user_id="all">`, `<!channel>`) before they are sent.
+function neutralises mentions (`@all`, `<at user_id="all">`, `<!channel>`) before they are sent,
+and on the Markdown platforms links and images (`[Re-login](http://…)`, `![](http://…)`): a
+label value must not put a clickable phishing link or a tracking pixel into the chat.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from monitor.alerting.receivers.base import Notification
 
 Escape = Callable[[str], str]
 CONTEXT_ANNOTATIONS = ("context", "probable_cause")
-_FULLWIDTH = str.maketrans({"@": "＠", "<": "＜", ">": "＞"})
+# Square brackets too: without `[...]` there is no Markdown link, image or reference definition.
+_FULLWIDTH = str.maketrans({"@": "＠", "<": "＜", ">": "＞", "[": "［", "]": "］"})
 
 
 def escape_im(value: str) -> str:
-    """Feishu/DingTalk/WeCom: `@` and angle brackets turn into look-alikes that mention nobody."""
+    """Feishu/DingTalk/WeCom: `@` and angle brackets turn into look-alikes that mention nobody,
+    square brackets into look-alikes that open no link (`[text](url)`, `![](url)`)."""
     return value.translate(_FULLWIDTH)
 
 

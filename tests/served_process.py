@@ -1,0 +1,65 @@
+"""`infermon serve` in a process of its own, for tests that measure the monitor's loop: in the
+test's process, the harness (stand-in servers, pytest's own heap and its garbage collections)
+would share the GIL with the monitor and be measured with it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+INFERMON = Path(sys.executable).parent / "infermon"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Served(str):
+    """The base URL, and the process's pid (to count its descriptors)."""
+
+    pid: int
+
+
+@contextmanager
+def infermon_serve(tmp: Path, config: dict[str, Any], env: dict[str, str] | None = None) -> Iterator[Served]:
+    """Yields the base URL once /healthz answers; ends the process (by its pid) after."""
+    port = free_port()
+    config = {**config, "server": {"host": "127.0.0.1", "port": port, **config.get("server", {})}}
+    path, output = tmp / "infermon.yaml", tmp / "infermon.out"
+    path.write_text(yaml.safe_dump(config))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("INFERMON_")}
+    with output.open("ab") as out:
+        proc = subprocess.Popen([str(INFERMON), "serve", "--config", str(path)], stdout=out, stderr=out,
+                                env={**clean, **(env or {})})
+    url = Served(f"http://127.0.0.1:{port}")
+    url.pid = proc.pid
+    try:
+        deadline = time.monotonic() + 60
+        while not _healthy(url):
+            assert proc.poll() is None, output.read_text()
+            assert time.monotonic() < deadline, "infermon serve did not start"
+            time.sleep(0.05)
+        yield url
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(15)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
