@@ -98,9 +98,8 @@ def check(config: ConfigOption = None) -> None:
             await monitor.aclose()
         all_up = True
         for row in monitor.service.status():
-            state = f"up, {row['engine']} {row['generation']}" if row["up"] else f"DOWN: {row['error']}"
-            all_up = all_up and bool(row["up"])
-            typer.echo(f"  {row['name']:<20} {row['url']}  {state}")
+            all_up = all_up and row["state"] == "up"
+            typer.echo(f"  {row['name']:<20} {row['url']}  {_target_line(row)}")
         for name, result in canaries.items():
             ok = result is not None and result.ok
             all_up = all_up and ok
@@ -128,6 +127,14 @@ def status(
         raise typer.Exit(2) from None
     print_overview(Console(), overview, url)
     raise typer.Exit(exit_code(overview))
+
+
+def _target_line(row: dict[str, object]) -> str:
+    if row["state"] == "up":
+        return f"up, {row['engine']} {row['generation']}"
+    if row["state"] == "unrecognized":
+        return f"engine not recognised: {row['error']}"  # "reachable, 17 families, none of ..."
+    return f"DOWN: {row['error']}"
 
 
 def _check_rules(settings: Settings) -> None:

@@ -12,6 +12,10 @@ Two ways to drive it:
 
 A target whose last successful scrape is older than two intervals has no derived series: a
 monitor that falls behind shows gaps, never old numbers as current.
+
+`up` is Prometheus' `up`: the scrape succeeded. A valid page that is no engine's is up with its
+engine unrecognised (monitor.service.recognize says what it holds); a target not scraped yet is
+waiting, neither up nor down.
 """
 
 from __future__ import annotations
@@ -41,8 +45,9 @@ from monitor.service.derive import (
     window_rates,
 )
 from monitor.service.discovery import DiscoveryError, FileDiscovery
-from monitor.service.engines import EngineSpec, detect, suggest_prefix
+from monitor.service.engines import EngineSpec, detect
 from monitor.service.extract import Snapshot, extract
+from monitor.service.recognize import unrecognized_reason
 from monitor.service.scrape import ScrapeError, fetch_page, fetch_page_core, target_pool
 from monitor.service.series import SeriesStore
 
@@ -70,6 +75,8 @@ class TargetState:
     latest: Snapshot | None = None
     engine: EngineSpec | None = None
     up: bool = False
+    unrecognized: str | None = None  # the page answered but is no engine's: what it holds
+    last_ok: float | None = None  # start of the last successful scrape
     last_scrape: float | None = None
     error: str | None = None
     page_bytes: int = 0
@@ -87,6 +94,9 @@ class TargetView:
     engine: str | None
     generation: str | None
     stale: bool = False  # up at its last scrape, but that was more than STALE_INTERVALS ago
+    waiting: bool = False  # no scrape has finished yet: neither up nor down
+    recognized: bool = True  # False: the page answered but matches no engine table
+    detail: str | None = None  # why it is down or unrecognised
     gauges: dict[str, dict[str, float]] = field(default_factory=dict)  # metric -> model -> value
     stats: dict[tuple[str, str], WindowStats] = field(default_factory=dict)  # (model, window)
 
@@ -126,7 +136,7 @@ class ServiceCollector:
         self.static: list[ServiceTarget] = []
         self.discovery: FileDiscovery | None = None
         self.reconfigure(settings.targets, settings.file_sd)
-        self.view = ServiceView(ts=wall(), windows=self.windows, objectives=self.objectives)
+        self.view = self.assemble(wall())  # every target waiting for its first scrape
 
     def reconfigure(self, static: Sequence[ServiceTarget], file_sd: Sequence[str]) -> None:
         """New static targets and file_sd files (start-up, SIGHUP); applied at once."""
@@ -226,28 +236,37 @@ class ServiceCollector:
                         cpu, self._ingest_and_derive, state, fetched.text, fetched.openmetrics, started, queued)
                 state.page_bytes = fetched.size
             except (ScrapeError, PageError) as exc:
-                state.up, state.error = False, str(exc)
+                state.up, state.error, state.unrecognized = False, str(exc), None
                 raise
             except Exception as exc:  # a bug on some page: down with the reason, never stale "up"
-                state.up, state.error = False, f"{type(exc).__name__}: {exc}"
+                state.up, state.error, state.unrecognized = False, f"{type(exc).__name__}: {exc}", None
                 raise
-            if not state.up:
+            if state.unrecognized is not None:
+                if state.unrecognized != state.error:
+                    log.warning("target %s answers, engine not recognised: %s", name, state.unrecognized)
+            elif not state.up or state.error is not None:
                 log.info("target %s is up (%s %s)", name, state.engine.engine if state.engine else "?",
                          state.engine.generation if state.engine else "?")
-            state.up, state.error = True, None
+            state.up, state.error, state.last_ok = True, state.unrecognized, started
 
     def _ingest_and_derive(self, state: TargetState, text: str, openmetrics: bool, ts: float, queued: float) -> None:
         state.cpu_wait = time.perf_counter() - queued
         state.derived = None
         self._ingest(state, text, openmetrics, ts)
-        state.derived = self._derive_target(state, ts)
+        if state.latest is not None:
+            state.derived = self._derive_target(state, ts)
 
     def _ingest(self, state: TargetState, text: str, openmetrics: bool, ts: float) -> None:
         check_text(text)
         prefix = state.target.metric_prefix
-        spec = detect(text, prefix)
+        spec = detect(text, prefix, state.target.engine)
         if spec is None:
-            raise PageError(_no_engine_reason(text, prefix))
+            state.unrecognized = unrecognized_reason(text, state.parser, prefix, state.target.engine)
+            state.latest, state.engine = None, None
+            state.store.clear()
+            state.baseline.clear()
+            return
+        state.unrecognized = None
         if spec is not state.engine:
             # Another engine or generation: old snapshots use other names, start afresh.
             state.store.clear()
@@ -277,7 +296,7 @@ class ServiceCollector:
         return self.assemble(now)
 
     def is_stale(self, state: TargetState, now: float) -> bool:
-        last = state.latest.ts if state.latest is not None else None
+        last = state.latest.ts if state.latest is not None else state.last_ok
         return last is None or now - last > STALE_INTERVALS * self.settings.scrape_interval.seconds
 
     def _derive_target(self, state: TargetState, now: float) -> Derived:
@@ -311,6 +330,9 @@ class ServiceCollector:
                 engine=engine.engine if engine else None,
                 generation=engine.generation if engine else None,
                 stale=stale,
+                waiting=not state.up and state.error is None,
+                recognized=state.unrecognized is None,
+                detail=state.error,
             )
             view.targets[name] = target_view
             if not target_view.up or latest is None or derived is None:
@@ -338,8 +360,11 @@ class ServiceCollector:
                 "name": name,
                 "url": safe_url(state.target.url),
                 "up": state.up and not stale,
+                "state": target_state(state.up, stale, state.error, state.unrecognized),
                 "stale": stale,
                 "engine": state.engine.engine if state.engine else None,
+                "engine_pinned": state.target.engine,
+                "engine_recognized": None if not state.up else state.unrecognized is None,
                 "generation": state.engine.generation if state.engine else None,
                 "last_scrape": state.last_scrape,
                 "last_success": entry.last_success,
@@ -353,14 +378,11 @@ class ServiceCollector:
         return rows
 
 
-def _no_engine_reason(text: str, prefix: str) -> str:
-    reason = "no known serving-engine metrics on the page (vLLM, SGLang, TGI)"
-    if prefix:
-        return f"{reason} behind metric_prefix {prefix!r}"
-    behind = suggest_prefix(text)
-    if behind:
-        return f"{reason}; they appear behind the prefix {behind!r}: set metric_prefix: {behind} on this target"
-    return reason
+def target_state(up: bool, stale: bool, error: str | None, unrecognized: str | None) -> str:
+    """up | unrecognized (answers, no engine's page) | stale | down | waiting (not scraped yet)."""
+    if up:
+        return "stale" if stale else "unrecognized" if unrecognized is not None else "up"
+    return "waiting" if error is None else "down"
 
 
 def safe_url(url: str) -> str:

@@ -280,9 +280,17 @@ TGI = EngineSpec(
 ENGINES: list[EngineSpec] = [VLLM_V1, VLLM_V0, SGLANG, TGI]
 
 
-def detect(text: str, prefix: str = "") -> EngineSpec | None:
-    """The engine whose marker sample appears on the page (either spelling); substring checks only."""
+def engine_names() -> list[str]:
+    """The engines a target may pin (`engine: vllm`), in table order."""
+    return list(dict.fromkeys(spec.engine for spec in ENGINES))
+
+
+def detect(text: str, prefix: str = "", engine: str | None = None) -> EngineSpec | None:
+    """The engine whose marker sample appears on the page (either spelling); substring checks only.
+    A pinned `engine` is looked for among its own generations only."""
     for spec in ENGINES:
+        if engine is not None and spec.engine != engine:
+            continue
         for marker in spec.marker_spellings(prefix):
             if _has_sample(text, marker):
                 return spec

@@ -12,7 +12,7 @@ from monitor.cost.collector import FLEET, CostView
 from monitor.health import HealthBook
 from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuState, InfraView
 from monitor.quality.layer import QualityView
-from monitor.service.collector import ServiceView
+from monitor.service.collector import ServiceView, TargetView, target_state
 from monitor.service.derive import WindowStats
 from monitor.web.history import HEADLINE, History, mean
 
@@ -77,7 +77,9 @@ def service_rows(view: ServiceView, configured: bool) -> dict[str, Any]:
     rows = []
     for name, target in sorted(view.targets.items()):
         models = sorted({model for model, w in target.stats if w == window} | set(_gauge_models(target.gauges)))
-        base = {"target": name, "up": target.up, "engine": target.engine, "generation": target.generation}
+        base: dict[str, Any] = {"target": name, "up": None if target.waiting else target.up,
+                                "state": _target_state(target),
+                                "detail": target.detail, "engine": target.engine, "generation": target.generation}
         if not models or not target.up:
             rows.append({**base, "model": None})
             continue
@@ -91,6 +93,11 @@ def service_rows(view: ServiceView, configured: bool) -> dict[str, Any]:
     return {"configured": configured, "window": window, "rows": rows, "fleet": fleet,
             "objectives": {"ttft_seconds": view.objectives.ttft_seconds,
                            "tpot_seconds": view.objectives.tpot_seconds}}
+
+
+def _target_state(target: TargetView) -> str:
+    return target_state(target.up or target.stale, target.stale, target.detail,
+                        None if target.recognized else target.detail)
 
 
 def _gauge_models(gauges: dict[str, dict[str, float]]) -> set[str]:
@@ -173,16 +180,20 @@ def layer_state(name: str, section: dict[str, Any], health: HealthBook,
     firing = [a["name"] for a in alerts if a["layer"] == name and a["state"] == "firing"]
     failing = [e for e in health.entries.values()
                if e.collector in _COLLECTORS[name] and e.present and e.success is False]
-    down = [r for r in section.get("rows", []) if r.get("up") is False]
+    rows = section.get("rows", [])
+    down = [r for r in rows if r.get("up") is False]
+    unrecognized = [r for r in rows if r.get("state") == "unrecognized"]
     if firing:
         return {"state": "firing", "detail": ", ".join(sorted(set(firing)))}
-    if failing or down:
+    if failing or down or unrecognized:
         what = [f"{e.collector}{'/' + e.target if e.target else ''}: {e.error or 'failed'}" for e in failing]
         what += [f"{_row_name(r)} down" for r in down]
+        what += [f"{_row_name(r)} engine not recognised: {r.get('detail')}" for r in unrecognized]
         return {"state": "failing", "detail": "; ".join(dict.fromkeys(what))}
     if not section.get("configured"):
         return {"state": "not configured", "detail": ""}
-    return {"state": "ok", "detail": ""}
+    waiting = [f"{_row_name(r)} waiting for the first scrape" for r in rows if r.get("state") == "waiting"]
+    return {"state": "ok", "detail": "; ".join(dict.fromkeys(waiting))}
 
 
 def _row_name(row: dict[str, Any]) -> str:

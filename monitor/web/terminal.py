@@ -63,14 +63,24 @@ def _service(o: dict[str, Any]) -> Table:
     table = Table("target", "model", "up", "req/s", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "errors",
                   "gen tok/s", "run/wait", "KV", title=f"Service (last {s['window']})", title_justify="left")
     for r in s["rows"]:
-        table.add_row(r["target"], r.get("model") or "–", Text("up" if r["up"] else "DOWN",
-                                                               style="green" if r["up"] else "bold red"),
+        table.add_row(r["target"], r.get("model") or "–", _target_state(r),
                       num(r.get("requests_per_second"), 2),
                       *(Text(ms(r.get(key)), style=_STYLE[slo(r.get(key), obj[objective])])
                         for key, objective in _LATENCIES),
                       pct(r.get("error_ratio"), 2), num(r.get("generation_tokens_per_second"), 0),
                       f"{num(r.get('running'), 0)}/{num(r.get('waiting'), 0)}", pct(r.get("kv_cache_ratio")))
     return table
+
+
+_TARGET_STATES = {"up": ("up", "green"), "stale": ("stale", "yellow"), "down": ("DOWN", "bold red"),
+                  "waiting": ("waiting for the first scrape", "dim"),
+                  "unrecognized": ("engine not recognised", "yellow")}
+
+
+def _target_state(row: dict[str, Any]) -> Text:
+    state = row.get("state") or ("up" if row["up"] else "down")
+    text, style = _TARGET_STATES.get(state, (state, ""))
+    return Text(text, style=style)
 
 
 _LATENCIES = (("ttft_p50_seconds", "ttft_seconds"), ("ttft_p99_seconds", "ttft_seconds"),
