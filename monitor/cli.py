@@ -177,7 +177,8 @@ def rules_recording(
         typer.secho(f"--windows: {exc}", err=True, fg=typer.colors.RED)
         raise typer.Exit(2) from None
     objectives = {"ttft": service.slo.ttft.seconds, "tpot": service.slo.tpot.seconds}
-    typer.echo(rule_file_text(chosen, service.baseline_window.text, objectives), nl=False)
+    text = rule_file_text(chosen, service.baseline_window.text, objectives, service.baseline_min_coverage)
+    typer.echo(text, nl=False)
 
 
 db = typer.Typer(help="The history database (SQLite or PostgreSQL).", no_args_is_help=True)

@@ -40,6 +40,7 @@ from monitor.service.derive import (
     Rates,
     Window,
     WindowStats,
+    baseline_state,
     fleet_rates,
     stats_from_rates,
     window_rates,
@@ -108,6 +109,11 @@ class ServiceView:
     objectives: Objectives
     targets: dict[str, TargetView] = field(default_factory=dict)
     fleet: dict[tuple[str, str], WindowStats] = field(default_factory=dict)  # (model, window)
+    baseline_seconds: float = 0.0
+    baseline_min_coverage: float = 0.0
+
+    def baseline(self, stats: WindowStats) -> str:
+        return baseline_state(stats.baseline_coverage, self.baseline_seconds, self.baseline_min_coverage)
 
 
 class ServiceCollector:
@@ -184,7 +190,8 @@ class ServiceCollector:
         return TargetState(
             target,
             store=SeriesStore(longest + interval),
-            baseline=SeriesStore(longest + self.settings.baseline_window.seconds + interval),
+            # Twice the baseline: how far back its history reaches is read beyond its window's start.
+            baseline=SeriesStore(longest + 2 * self.settings.baseline_window.seconds + interval),
             pool=target_pool(self.settings, self._tls) if self._tls is not None else None,
         )
 
@@ -304,7 +311,8 @@ class ServiceCollector:
         counts_errors = state.engine is not None and "errors" in state.engine.counters
         for window in self.windows:
             rates = window_rates(
-                state.store, now, window, state.baseline, self.settings.baseline_window.seconds, counts_errors
+                state.store, now, window, state.baseline, self.settings.baseline_window.seconds, counts_errors,
+                self.settings.baseline_min_coverage,
             )
             derived.rates[window.label] = rates
             for model, model_rates in rates.items():
@@ -317,7 +325,9 @@ class ServiceCollector:
         Safe to run in a worker thread while the loop scrapes: it reads a copy of the target
         table and each target's last `Derived`, replaced whole, never changed in place.
         """
-        view = ServiceView(ts=now, windows=self.windows, objectives=self.objectives)
+        view = ServiceView(ts=now, windows=self.windows, objectives=self.objectives,
+                           baseline_seconds=self.settings.baseline_window.seconds,
+                           baseline_min_coverage=self.settings.baseline_min_coverage)
         per_window: dict[str, list[dict[str, Rates]]] = {w.label: [] for w in self.windows}
         # (model, window) -> the stats of every target serving it, to skip a fleet sum of one.
         served: dict[tuple[str, str], list[WindowStats]] = {}
@@ -351,6 +361,15 @@ class ServiceCollector:
                 view.fleet[(model, window.label)] = fleet
         return view
 
+    def _baselines(self, state: TargetState) -> dict[str, dict[str, str]]:
+        """model -> window -> "ready" | "baseline warming up: 12 of 60 min"."""
+        found: dict[str, dict[str, str]] = {}
+        derived = state.derived
+        for (model, window), stats in (derived.stats.items() if derived else []):
+            found.setdefault(model, {})[window] = baseline_state(
+                stats.baseline_coverage, self.settings.baseline_window.seconds, self.settings.baseline_min_coverage)
+        return found
+
     def status(self) -> list[dict[str, object]]:
         rows = []
         for name, state in self.targets.items():
@@ -374,6 +393,7 @@ class ServiceCollector:
                 "duplicate_series": state.duplicates,
                 "non_finite_samples": state.non_finite,
                 "models": sorted(state.latest.models()) if state.latest and state.up else [],
+                "baseline": self._baselines(state),
             })
         return rows
 

@@ -85,7 +85,7 @@ def service_rows(view: ServiceView, configured: bool) -> dict[str, Any]:
             continue
         for model in models:
             stats = target.stats.get((model, window), WindowStats())
-            rows.append({**base, "model": model, **_stats(stats),
+            rows.append({**base, "model": model, **_stats(stats), "baseline": view.baseline(stats),
                          "running": target.gauges.get("running", {}).get(model),
                          "waiting": target.gauges.get("waiting", {}).get(model),
                          "kv_cache_ratio": target.gauges.get("kv_cache", {}).get(model)})

@@ -50,6 +50,9 @@ def print_overview(console: Console, o: dict[str, Any], url: str) -> None:
     for name, layer in o["layers"].items():
         if layer["detail"]:
             console.print(Text(f"  {name}: {layer['detail']}", style=_STYLE.get(layer["state"], "")))
+    for r in o["service"]["rows"]:
+        if r.get("baseline") not in (None, "ready"):
+            console.print(Text(f"  {r['target']} {r['model']}: {r['baseline']}", style="dim"))
     for table in (_service(o), _gpus(o), _quality(o), _cost(o), _alerts(o)):
         if table.row_count:
             console.print(table)
