@@ -43,6 +43,7 @@ from monitor.service.collector import ServiceCollector
 from monitor.service.render import render_objectives, render_service
 from monitor.service.schedule import Spreader, render_schedule
 from monitor.service.scrape import pool_limits
+from monitor.store.baseline import BaselineHistory
 from monitor.store.quality import QualityStore
 from monitor.store.session import Store
 from monitor.web.history import History
@@ -111,13 +112,14 @@ class Monitor:
         self.cpu = ThreadPoolExecutor(1, thread_name_prefix="infermon-cpu")  # parse, derive, render
         self.spreader: Spreader | None = None
         self.service = ServiceCollector(settings.service, self.client, self.health, wall,
-                                        own_clients=client is None)
+                                        own_clients=client is None, history=BaselineHistory(self.store.engine))
         self.jobs = [Job("service", settings.service.scrape_interval.seconds, self.service.collect,
                          loop=self.run_service)]
         # infra: local GPUs (NVML, or the trace in infra.replay.file) and dcgm-exporter targets
         self.infra = InfraCollector(settings.infra, self.client, self.health, wall, load_nvml)
         self.jobs.append(Job("infra", settings.infra.interval.seconds, self.infra.collect))
         self.jobs.append(Job("retention", 3600.0, self.prune))
+        self.jobs.append(Job("baseline_history", 60.0, self.flush_baselines))
         # quality: the daily judge run (cron), and the view of the latest stored runs
         self.quality = QualityLayer(settings.quality, QualityStore(self.store.engine), self.health, wall)
         self.jobs.append(Job("quality_refresh", settings.quality.refresh_interval.seconds, self.quality.refresh))
@@ -308,6 +310,9 @@ class Monitor:
             loop = asyncio.get_running_loop()
             samples = await loop.run_in_executor(self.cpu, exposition_samples, latest.body, self.alerting.metrics)
             self.alerting.run_samples(samples, latest.rendered_at, interval)
+
+    async def flush_baselines(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.service.flush_baselines)
 
     async def prune(self) -> None:
         self.store.prune(self.wall() - self.settings.storage.retention.seconds)

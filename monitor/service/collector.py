@@ -46,11 +46,12 @@ from monitor.service.derive import (
     window_rates,
 )
 from monitor.service.discovery import DiscoveryError, FileDiscovery
-from monitor.service.engines import EngineSpec, detect
+from monitor.service.engines import EngineSpec, detect, find_engine
 from monitor.service.extract import Snapshot, extract
 from monitor.service.recognize import unrecognized_reason
 from monitor.service.scrape import ScrapeError, fetch_page, fetch_page_core, target_pool
 from monitor.service.series import SeriesStore
+from monitor.store.baseline import BaselineHistory, Point
 
 log = logging.getLogger("monitor.service")
 COLLECTOR = "service"
@@ -78,6 +79,7 @@ class TargetState:
     up: bool = False
     unrecognized: str | None = None  # the page answered but is no engine's: what it holds
     last_ok: float | None = None  # start of the last successful scrape
+    persisted_at: float | None = None  # time of the last baseline point queued for the store
     last_scrape: float | None = None
     error: str | None = None
     page_bytes: int = 0
@@ -124,8 +126,12 @@ class ServiceCollector:
         health: HealthBook,
         wall: Callable[[], float] = time.time,
         own_clients: bool = False,
+        history: BaselineHistory | None = None,
     ) -> None:
         self.settings = settings
+        # The baselines' series at a coarse cadence, so that a restart does not blind them.
+        self.history = history
+        self._pending: list[Point] = []  # appended by the parse thread, written by flush_baselines()
         self.client = client
         # A pool per target: httpcore's one pool walks all its connections (and polls each idle
         # socket) on every request, which at a thousand kept-alive connections starves the loop;
@@ -187,13 +193,41 @@ class ServiceCollector:
     def _new_state(self, target: Target) -> TargetState:
         interval = self.settings.scrape_interval.seconds
         longest = max(w.seconds for w in self.windows)
-        return TargetState(
+        state = TargetState(
             target,
             store=SeriesStore(longest + interval),
             # Twice the baseline: how far back its history reaches is read beyond its window's start.
             baseline=SeriesStore(longest + 2 * self.settings.baseline_window.seconds + interval),
             pool=target_pool(self.settings, self._tls) if self._tls is not None else None,
         )
+        self._reload_baseline(state)
+        return state
+
+    def _baseline_retention(self) -> float:
+        return max(w.seconds for w in self.windows) + 2 * self.settings.baseline_window.seconds
+
+    def _reload_baseline(self, state: TargetState) -> None:
+        """The target's stored baseline points (a restart, a target back in file_sd)."""
+        if self.history is None:
+            return
+        points = self.history.load(state.target.name, self.wall() - self._baseline_retention())
+        for point in points:
+            spec = find_engine(point.engine, point.generation)
+            if spec is None or (state.engine is not None and spec is not state.engine):
+                state.baseline.clear()  # another engine's names: only the newest engine's points count
+            state.engine = spec
+            if spec is not None:
+                state.baseline.append(point.snapshot)
+                state.persisted_at = point.snapshot.ts
+        if points:
+            log.info("target %s: %d baseline points reloaded from the store", state.target.name, len(points))
+
+    def flush_baselines(self) -> None:
+        """Write the queued baseline points and prune the ones the baselines no longer need."""
+        if self.history is None:
+            return
+        points, self._pending = self._pending, []
+        self.history.save(points, self.wall() - self._baseline_retention())
 
     def _retire(self, state: TargetState) -> None:
         """A target gone or changed: close its own pool (later, on the loop, if one runs)."""
@@ -293,7 +327,13 @@ class ServiceCollector:
         state.store.append(snap)
         generation = snap.counters.get("generation_tokens") or {}
         lengths = {metric: snap.buckets[metric] for metric in LENGTH_HISTOGRAMS if metric in snap.buckets}
-        state.baseline.append(Snapshot(ts=snap.ts, counters={"generation_tokens": generation}, buckets=lengths))
+        point = Snapshot(ts=snap.ts, counters={"generation_tokens": generation}, buckets=lengths)
+        state.baseline.append(point)
+        cadence = max(self.settings.scrape_interval.seconds, self.settings.baseline_window.seconds / 60)
+        if self.history is not None and state.engine is not None and (
+                state.persisted_at is None or snap.ts - state.persisted_at >= cadence):
+            self._pending.append(Point(state.target.name, state.engine.engine, state.engine.generation, point))
+            state.persisted_at = snap.ts
 
     def derive(self, now: float) -> ServiceView:
         """Every target's numbers evaluated at `now` (after `collect()`: all scraped just before)."""

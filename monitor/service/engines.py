@@ -285,6 +285,10 @@ def engine_names() -> list[str]:
     return list(dict.fromkeys(spec.engine for spec in ENGINES))
 
 
+def find_engine(engine: str, generation: str) -> EngineSpec | None:
+    return next((s for s in ENGINES if s.engine == engine and s.generation == generation), None)
+
+
 def detect(text: str, prefix: str = "", engine: str | None = None) -> EngineSpec | None:
     """The engine whose marker sample appears on the page (either spelling); substring checks only.
     A pinned `engine` is looked for among its own generations only."""
