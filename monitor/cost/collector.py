@@ -60,7 +60,9 @@ class CostCollector:
         self.zone = ZoneInfo(settings.cost.timezone)
         self.windows = {w.text: w.seconds for w in settings.service.windows}
         self.baseline_seconds = settings.service.baseline_window.seconds
-        self.history = SpendHistory(max(self.windows.values()) + self.baseline_seconds)
+        self.min_coverage = settings.service.baseline_min_coverage
+        # Twice the baseline: how far back the history reaches is read beyond the baseline's start.
+        self.history = SpendHistory(max(self.windows.values()) + 2 * self.baseline_seconds)
         self.started: float | None = None  # the first tick with GPUs to price
         self.ledger = CostLedger(store.engine)
         self.target_models: dict[str, frozenset[str]] = {}  # last models seen on each target
@@ -89,7 +91,8 @@ class CostCollector:
                 self.target_models[name] = models
         numbers = derive_costs(gpus, self.prices, topology, self.target_models, self.service.view,
                                self.settings.expensive_factor)
-        numbers.baseline_ratio = baseline_ratios(numbers, self.history, now, self.windows, self.baseline_seconds)
+        numbers.baseline_ratio = baseline_ratios(numbers, self.history, now, self.windows, self.baseline_seconds,
+                                                 self.min_coverage)
         if self.started is None:
             self.started = now
         self.history.add(now, numbers, {label: self.started + seconds for label, seconds in self.windows.items()})

@@ -176,7 +176,9 @@ class SpendHistory:
     """(time, spend $/h, tokens/s) per (model, window), for the $/token baseline.
 
     The baseline $/1M tokens over [start - B, start] is the mean spend over the mean throughput
-    of the samples in that range: the GPUs paid for then, the tokens they produced then.
+    of the samples in that range: the GPUs paid for then, the tokens they produced then. Like the
+    service baselines it exists only once the samples reach back over `min_coverage` of B (one at
+    or before start - c*B, looked for back to start - 2B: keep that much).
     """
 
     def __init__(self, keep_seconds: float) -> None:
@@ -195,23 +197,34 @@ class SpendHistory:
             while line and line[0][0] < ts - self.keep:
                 line.popleft()
 
-    def baseline_usd_per_million(self, model: str, window: str, start: float, end: float) -> float | None:
-        inside = [(s, t) for ts, s, t in self.samples.get((model, window), ()) if start <= ts <= end]
+    def baseline_usd_per_million(self, model: str, window: str, start: float, end: float,
+                                 min_coverage: float = 0.0) -> float | None:
+        line = self.samples.get((model, window), ())
+        if self.coverage(model, window, start, end) < min_coverage:
+            return None
+        inside = [(s, t) for ts, s, t in line if start <= ts <= end]
         if not inside:
             return None
         spend = sum(s for s, _ in inside) / len(inside)
         return usd_per_million_tokens(spend, sum(t for _, t in inside) / len(inside))
 
 
-def baseline_ratios(numbers: CostNumbers, history: SpendHistory, now: float,
-                    windows: Mapping[str, float], baseline_seconds: float) -> dict[tuple[str, str], float]:
+    def coverage(self, model: str, window: str, start: float, end: float) -> float:
+        """How far back (share of end - start) the samples reach, looking back to twice the range."""
+        seconds = end - start
+        first = next((ts for ts, _, _ in self.samples.get((model, window), ()) if ts > end - 2 * seconds), None)
+        return 0.0 if first is None or seconds <= 0 else min(1.0, (end - first) / seconds)
+
+
+def baseline_ratios(numbers: CostNumbers, history: SpendHistory, now: float, windows: Mapping[str, float],
+                    baseline_seconds: float, min_coverage: float = 0.0) -> dict[tuple[str, str], float]:
     """$/1M generated tokens over each window / the same over the baseline before it."""
     ratios: dict[tuple[str, str], float] = {}
     for (model, window, tokens), value in numbers.per_million.items():
         if tokens != "generated":
             continue
         start = now - windows[window]
-        base = history.baseline_usd_per_million(model, window, start - baseline_seconds, start)
+        base = history.baseline_usd_per_million(model, window, start - baseline_seconds, start, min_coverage)
         if base:
             ratios[(model, window)] = value / base
     return ratios
