@@ -471,6 +471,8 @@ class QualitySettings(_Section):
     timezone: str = Field("UTC", description="Time zone of the schedule and of a run's day")
     sample_size: int = Field(100, ge=1, le=100_000)
     baseline_days: int = Field(7, ge=1, le=365)
+    baseline_min_coverage: float = Field(
+        0.9, gt=0, le=1, description="Share of the baseline days that need a finished run before it counts")
     sources: list[SampleSource] = Field(default_factory=lambda: _default_sources())
     judge: JudgeSettings = Field(default_factory=JudgeSettings)
     redact: list[str | CustomPattern] = Field(default_factory=lambda: _default_redact())
