@@ -185,17 +185,25 @@ class SpendHistory:
         self.keep = keep_seconds
         self.samples: dict[tuple[str, str], deque[tuple[float, float, float]]] = {}
 
-    def add(self, ts: float, numbers: CostNumbers, full_from: Mapping[str, float] | None = None) -> None:
+    def add(self, ts: float, numbers: CostNumbers,
+            full_from: Mapping[str, float] | None = None) -> list[tuple[str, str, float, float, float]]:
         """Remember this tick; a window's rates count once it is `full_from[window]`: until the monitor
-        has watched for a whole window, its rates cover only part of it and read low."""
+        has watched for a whole window, its rates cover only part of it and read low. Returns what was
+        added, as (model, window, ts, spend, generated)."""
+        added = []
         for (model, window), (generated, _) in numbers.throughput.items():
             spend = numbers.by_model.get(model)
             if spend is None or ts < (full_from or {}).get(window, ts):
                 continue
-            line = self.samples.setdefault((model, window), deque())
-            line.append((ts, spend, generated))
-            while line and line[0][0] < ts - self.keep:
-                line.popleft()
+            self.restore(model, window, ts, spend, generated)
+            added.append((model, window, ts, spend, generated))
+        return added
+
+    def restore(self, model: str, window: str, ts: float, spend: float, generated: float) -> None:
+        line = self.samples.setdefault((model, window), deque())
+        line.append((ts, spend, generated))
+        while line and line[0][0] < ts - self.keep:
+            line.popleft()
 
     def baseline_usd_per_million(self, model: str, window: str, start: float, end: float,
                                  min_coverage: float = 0.0) -> float | None:

@@ -7,7 +7,8 @@ blind for an hour. One row per target and point in time, the series as JSON:
     {"counters": {"generation_tokens": {"<model>": [[labels, value], ...]}},
      "buckets":  {"generation_len": {"<model>": [[labels, le, value], ...]}}}
 
-Rows older than the baseline needs are pruned as new ones are written.
+Rows older than the baseline needs are pruned as new ones are written. The cost layer's $/token
+baseline keeps its samples the same way (`cost_baseline_points`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,40 @@ class BaselinePoint(Base):
     engine: Mapped[str] = mapped_column(String(64))  # the engine table the series were read with
     generation: Mapped[str] = mapped_column(String(64))
     series: Mapped[str] = mapped_column(Text)  # JSON, as above
+
+
+class SpendPoint(Base):
+    """The cost layer's $/token baseline samples: (time, spend $/h, generated tokens/s) per model x window."""
+
+    __tablename__ = "cost_baseline_points"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    model: Mapped[str] = mapped_column(String(300))
+    window: Mapped[str] = mapped_column(String(32))
+    ts: Mapped[float] = mapped_column(Float, index=True)
+    usd_per_hour: Mapped[float] = mapped_column(Float)
+    tokens_per_second: Mapped[float] = mapped_column(Float)
+
+
+Spend = tuple[str, str, float, float, float]
+"""(model, window, ts, usd_per_hour, generated tokens/s)"""
+
+
+class SpendPoints:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def save(self, points: Iterable[Spend], before_ts: float) -> None:
+        rows = [SpendPoint(model=m, window=w, ts=ts, usd_per_hour=usd, tokens_per_second=tps)
+                for m, w, ts, usd, tps in points]
+        with Session(self.engine) as session, session.begin():
+            session.add_all(rows)
+            session.execute(delete(SpendPoint).where(SpendPoint.ts < before_ts))
+
+    def load(self, since_ts: float) -> list[Spend]:
+        query = select(SpendPoint).where(SpendPoint.ts > since_ts).order_by(SpendPoint.ts)
+        with Session(self.engine) as session:
+            return [(r.model, r.window, r.ts, r.usd_per_hour, r.tokens_per_second) for r in session.scalars(query)]
 
 
 @dataclass(frozen=True)

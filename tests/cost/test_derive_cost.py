@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from monitor.config import load_settings
@@ -163,3 +165,18 @@ def test_per_token_baseline_exists_only_once_its_window_is_covered() -> None:
     assert history.coverage("m", "1m", 1_000_000 + 60, 1_000_000 + 600) == pytest.approx(1.0)
     assert ratio_at(1_000_000 + 720) == pytest.approx(1.0)  # covered: steady spend and tokens, 1.0
     assert ratio_at(1_000_000 + 585) is None  # 525 s of 600 s: below 90 %, no baseline
+
+
+def test_per_token_baseline_samples_survive_a_restart(tmp_path: Path) -> None:
+    from monitor.store.baseline import SpendPoints
+    from monitor.store.session import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'spend.db'}")
+    try:
+        points = SpendPoints(store.engine)
+        points.save([("m", "1m", 1_000.0, 2.5, 100.0), ("m", "1m", 1_060.0, 2.5, 110.0)], before_ts=0.0)
+        points.save([("m", "1m", 1_120.0, 2.5, 120.0)], before_ts=1_050.0)  # pruned to what is needed
+        assert SpendPoints(store.engine).load(0.0) == [("m", "1m", 1_060.0, 2.5, 110.0),
+                                                       ("m", "1m", 1_120.0, 2.5, 120.0)]
+    finally:
+        store.close()
