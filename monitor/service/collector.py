@@ -24,6 +24,7 @@ import asyncio
 import logging
 import ssl
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -131,7 +132,7 @@ class ServiceCollector:
         self.settings = settings
         # The baselines' series at a coarse cadence, so that a restart does not blind them.
         self.history = history
-        self._pending: list[Point] = []  # appended by the parse thread, written by flush_baselines()
+        self._pending: deque[Point] = deque()  # appended by the parse thread, taken by flush_baselines()
         self.client = client
         # A pool per target: httpcore's one pool walks all its connections (and polls each idle
         # socket) on every request, which at a thousand kept-alive connections starves the loop;
@@ -226,7 +227,9 @@ class ServiceCollector:
         """Write the queued baseline points and prune the ones the baselines no longer need."""
         if self.history is None:
             return
-        points, self._pending = self._pending, []
+        points = []
+        while self._pending:  # popleft and append are atomic: no point lost to a concurrent scrape
+            points.append(self._pending.popleft())
         self.history.save(points, self.wall() - self._baseline_retention())
 
     def _retire(self, state: TargetState) -> None:
