@@ -31,6 +31,7 @@ CATALOG: dict[str, MetricDef] = {
     for d in [
         # service: per {target, model, window}, and fleet-wide per {model, window} (no target)
         MetricDef("inference_target_up", "gauge", ("target",), "1 if the last scrape of the engine target succeeded.", "service"),
+        MetricDef("inference_target_engine_recognized", "gauge", ("target",), "1 if the target's page (scraped fine) matches an engine table; 0: it answers but its families are no known engine's (see /api/v1/status).", "service"),
         MetricDef("inference_target_info", "gauge", ("target", "engine", "generation"), "Engine detected on the target's page.", "service"),
         MetricDef("inference_requests_per_second", "gauge", _SVC, "Finished requests per second (rate over the window).", "service"),
         MetricDef("inference_request_error_ratio", "gauge", _SVC, "Share of finished requests that failed (engine errors or HTTP 5xx, the worse of the two); aborts are not errors.", "service"),

@@ -162,10 +162,9 @@ async def _probe_once(settings: Settings) -> bool:
         await monitor.aclose()
     all_up = True
     for row in monitor.service.status():
-        state = f"up, {row['engine']} {row['generation']}" if row["up"] else f"DOWN: {row['error']}"
-        all_up = all_up and bool(row["up"])
-        typer.echo(f"  {row['name']:<20} {row['url']}  {state}")
-        if row["up"] and row["note"]:
+        all_up = all_up and row["state"] == "up"
+        typer.echo(f"  {row['name']:<20} {row['url']}  {_target_line(row)}")
+        if row["state"] == "up" and row["note"]:
             typer.echo(f"  {'':<20} {row['note']}")
     for exporter in monitor.infra.dcgm:
         up = exporter.error is None and exporter.last_scrape is not None
@@ -214,6 +213,14 @@ def status(
     raise typer.Exit(exit_code(overview))
 
 
+def _target_line(row: dict[str, object]) -> str:
+    if row["state"] == "up":
+        return f"up, {row['engine']} {row['generation']}"
+    if row["state"] == "unrecognized":
+        return f"engine not recognised: {row['error']}"  # "reachable, 17 families, none of ..."
+    return f"DOWN: {row['error']}"
+
+
 def _check_rules(settings: Settings) -> None:
     """Load the alert rule files as `serve` would; a broken file fails the check (exit 2)."""
     from monitor.alerting.rules import RulesError, load_rules
@@ -258,7 +265,8 @@ def rules_recording(
         typer.secho(f"--windows: {exc}", err=True, fg=typer.colors.RED)
         raise typer.Exit(2) from None
     objectives = {"ttft": service.slo.ttft.seconds, "tpot": service.slo.tpot.seconds}
-    typer.echo(rule_file_text(chosen, service.baseline_window.text, objectives), nl=False)
+    text = rule_file_text(chosen, service.baseline_window.text, objectives, service.baseline_min_coverage)
+    typer.echo(text, nl=False)
 
 
 db = typer.Typer(help="The history database (SQLite or PostgreSQL).", no_args_is_help=True)

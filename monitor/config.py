@@ -114,6 +114,18 @@ class Target(_Section):
     metric_prefix: str = Field(
         "", description="Prefix before every engine name on the page (KServe's queue-proxy: kserve_)"
     )
+    engine: str | None = Field(
+        None, description="Pin the engine (vllm, sglang, tgi): a page without its families is an error, not a guess"
+    )
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, value: str | None) -> str | None:
+        from monitor.service.engines import engine_names  # the engine tables, not a copy of their names
+
+        if value is not None and value not in engine_names():
+            raise ValueError(f"unknown engine {value!r}: one of {', '.join(engine_names())}")
+        return value
 
     @field_validator("metric_prefix")
     @classmethod
@@ -173,6 +185,8 @@ class ServiceSettings(_Section):
     scrape_timeout: Duration = Field(Duration("10s"), description="Deadline for one whole scrape")
     windows: list[Duration] = Field(default_factory=lambda: [Duration("1m"), Duration("5m")])
     baseline_window: Duration = Field(Duration("1h"), description="Trailing throughput baseline")
+    baseline_min_coverage: float = Field(
+        0.9, gt=0, le=1, description="Share of a baseline window that must hold samples before it counts")
     max_page_bytes: int = Field(10_000_000, gt=0, description="Larger pages fail the scrape")
     targets: list[ServiceTarget] = Field(default_factory=list)
     file_sd: list[str] = Field(
@@ -564,6 +578,8 @@ class QualitySettings(_Section):
     timezone: str = Field("UTC", description="Time zone of the schedule and of a run's day")
     sample_size: int = Field(100, ge=1, le=100_000)
     baseline_days: int = Field(7, ge=1, le=365)
+    baseline_min_coverage: float = Field(
+        0.9, gt=0, le=1, description="Share of the baseline days that need a finished run before it counts")
     sources: list[SampleSource] = Field(default_factory=lambda: _default_sources())
     judge: JudgeSettings = Field(default_factory=JudgeSettings)
     redact: list[str | CustomPattern] = Field(default_factory=lambda: _default_redact())

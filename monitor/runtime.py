@@ -53,6 +53,7 @@ from monitor.service.collector import ServiceCollector
 from monitor.service.render import render_objectives, render_service
 from monitor.service.schedule import SCRAPES, Spreader, render_schedule
 from monitor.service.scrape import pool_limits
+from monitor.store.baseline import BaselineHistory
 from monitor.store.quality import QualityStore
 from monitor.store.session import Store
 from monitor.store.worker import StoreUnavailable, StoreWorker
@@ -124,13 +125,14 @@ class Monitor:
         self.cpu = ThreadPoolExecutor(1, thread_name_prefix="infermon-cpu")  # parse, derive, render
         self.spreader: Spreader | None = None
         self.service = ServiceCollector(settings.service, self.client, self.health, wall,
-                                        own_clients=client is None)
+                                        own_clients=client is None, history=BaselineHistory(self.store.engine))
         self.jobs = [Job("service", settings.service.scrape_interval.seconds, self.service.collect,
                          loop=self.run_service)]
         # infra: local GPUs (NVML, or the trace in infra.replay.file) and dcgm-exporter targets
         self.infra = InfraCollector(settings.infra, self.client, self.health, wall, load_nvml)
         self.jobs.append(Job("infra", settings.infra.interval.seconds, self.infra.collect))
         self.jobs.append(Job("retention", 3600.0, self.prune))
+        self.jobs.append(Job("baseline_history", 60.0, self.flush_baselines))
         # quality: the daily judge run (cron), and the view of the latest stored runs
         self.quality = QualityLayer(settings.quality, QualityStore(self.store.engine), self.health, wall)
         self.quality.io = self.store_io.call
@@ -380,6 +382,9 @@ class Monitor:
         probes = self.canary.probes.values()
         waited = max((p.probe.interval.seconds + p.probe.timeout.seconds for p in probes), default=0.0)
         return all(p.last_at is not None for p in probes) or self.wall() - self.started >= waited
+
+    async def flush_baselines(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.service.flush_baselines)
 
     async def prune(self) -> None:
         await self.store_io.call(self.store.prune, self.wall() - self.settings.storage.retention.seconds)

@@ -21,6 +21,7 @@ from monitor.cost.prices import PriceBook
 from monitor.health import HealthBook
 from monitor.infra.collector import InfraCollector
 from monitor.service.collector import ServiceCollector
+from monitor.store.baseline import SpendPoints
 from monitor.store.cost import CostLedger, Running
 from monitor.store.session import Store
 from monitor.topology import GpuKey, Topology, TopologyMap
@@ -62,7 +63,16 @@ class CostCollector:
         self.zone = ZoneInfo(settings.cost.timezone)
         self.windows = {w.text: w.seconds for w in settings.service.windows}
         self.baseline_seconds = settings.service.baseline_window.seconds
-        self.history = SpendHistory(max(self.windows.values()) + self.baseline_seconds)
+        self.min_coverage = settings.service.baseline_min_coverage
+        # Twice the baseline: how far back the history reaches is read beyond the baseline's start.
+        self.history = SpendHistory(max(self.windows.values()) + 2 * self.baseline_seconds)
+        # ... and kept in the store at a coarse cadence, so that a restart does not blind the baseline.
+        self.spend_points = SpendPoints(store.engine)
+        self.persist_every = max(settings.service.scrape_interval.seconds, self.baseline_seconds / 60)
+        self.persisted_at: float | None = None
+        for model, window, ts, spend, generated in self.spend_points.load(wall() - self.history.keep):
+            self.history.restore(model, window, ts, spend, generated)
+            self.persisted_at = ts
         self.started: float | None = None  # the first tick with GPUs to price
         self.ledger = CostLedger(store.engine)
         self.target_models: dict[str, frozenset[str]] = {}  # last models seen on each target
@@ -93,10 +103,14 @@ class CostCollector:
                 self.target_models[name] = models
         numbers = derive_costs(gpus, self.prices, topology, self.target_models, self.service.view,
                                self.settings.expensive_factor)
-        numbers.baseline_ratio = baseline_ratios(numbers, self.history, now, self.windows, self.baseline_seconds)
+        numbers.baseline_ratio = baseline_ratios(numbers, self.history, now, self.windows, self.baseline_seconds,
+                                                 self.min_coverage)
         if self.started is None:
             self.started = now
-        self.history.add(now, numbers, {label: self.started + seconds for label, seconds in self.windows.items()})
+        added = self.history.add(now, numbers, {label: self.started + s for label, s in self.windows.items()})
+        if added and (self.persisted_at is None or now - self.persisted_at >= self.persist_every):
+            self.spend_points.save(added, now - self.history.keep)
+            self.persisted_at = now
         self._warn_unpriced(numbers)
         day = _day(now, self.zone)
         totals, today = self._accrue(now, numbers, day)

@@ -193,42 +193,63 @@ class SpendHistory:
     """(time, spend $/h, tokens/s) per (model, window), for the $/token baseline.
 
     The baseline $/1M tokens over [start - B, start] is the mean spend over the mean throughput
-    of the samples in that range: the GPUs paid for then, the tokens they produced then.
+    of the samples in that range: the GPUs paid for then, the tokens they produced then. Like the
+    service baselines it exists only once the samples reach back over `min_coverage` of B (one at
+    or before start - c*B, looked for back to start - 2B: keep that much).
     """
 
     def __init__(self, keep_seconds: float) -> None:
         self.keep = keep_seconds
         self.samples: dict[tuple[str, str], deque[tuple[float, float, float]]] = {}
 
-    def add(self, ts: float, numbers: CostNumbers, full_from: Mapping[str, float] | None = None) -> None:
+    def add(self, ts: float, numbers: CostNumbers,
+            full_from: Mapping[str, float] | None = None) -> list[tuple[str, str, float, float, float]]:
         """Remember this tick; a window's rates count once it is `full_from[window]`: until the monitor
-        has watched for a whole window, its rates cover only part of it and read low."""
+        has watched for a whole window, its rates cover only part of it and read low. Returns what was
+        added, as (model, window, ts, spend, generated)."""
+        added = []
         for (model, window), (generated, _) in numbers.throughput.items():
             spend = numbers.by_model.get(model)
             if spend is None or ts < (full_from or {}).get(window, ts):
                 continue
-            line = self.samples.setdefault((model, window), deque())
-            line.append((ts, spend, generated))
-            while line and line[0][0] < ts - self.keep:
-                line.popleft()
+            self.restore(model, window, ts, spend, generated)
+            added.append((model, window, ts, spend, generated))
+        return added
 
-    def baseline_usd_per_million(self, model: str, window: str, start: float, end: float) -> float | None:
-        inside = [(s, t) for ts, s, t in self.samples.get((model, window), ()) if start <= ts <= end]
+    def restore(self, model: str, window: str, ts: float, spend: float, generated: float) -> None:
+        line = self.samples.setdefault((model, window), deque())
+        line.append((ts, spend, generated))
+        while line and line[0][0] < ts - self.keep:
+            line.popleft()
+
+    def baseline_usd_per_million(self, model: str, window: str, start: float, end: float,
+                                 min_coverage: float = 0.0) -> float | None:
+        line = self.samples.get((model, window), ())
+        if self.coverage(model, window, start, end) < min_coverage:
+            return None
+        inside = [(s, t) for ts, s, t in line if start <= ts <= end]
         if not inside:
             return None
         spend = sum(s for s, _ in inside) / len(inside)
         return usd_per_million_tokens(spend, sum(t for _, t in inside) / len(inside))
 
 
-def baseline_ratios(numbers: CostNumbers, history: SpendHistory, now: float,
-                    windows: Mapping[str, float], baseline_seconds: float) -> dict[tuple[str, str], float]:
+    def coverage(self, model: str, window: str, start: float, end: float) -> float:
+        """How far back (share of end - start) the samples reach, looking back to twice the range."""
+        seconds = end - start
+        first = next((ts for ts, _, _ in self.samples.get((model, window), ()) if ts > end - 2 * seconds), None)
+        return 0.0 if first is None or seconds <= 0 else min(1.0, (end - first) / seconds)
+
+
+def baseline_ratios(numbers: CostNumbers, history: SpendHistory, now: float, windows: Mapping[str, float],
+                    baseline_seconds: float, min_coverage: float = 0.0) -> dict[tuple[str, str], float]:
     """$/1M generated tokens over each window / the same over the baseline before it."""
     ratios: dict[tuple[str, str], float] = {}
     for (model, window, tokens), value in numbers.per_million.items():
         if tokens != "generated":
             continue
         start = now - windows[window]
-        base = history.baseline_usd_per_million(model, window, start - baseline_seconds, start)
+        base = history.baseline_usd_per_million(model, window, start - baseline_seconds, start, min_coverage)
         if base:
             ratios[(model, window)] = value / base
     return ratios

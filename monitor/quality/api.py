@@ -80,8 +80,10 @@ def quality_router(monitor: Monitor) -> APIRouter:
         if not found:
             raise HTTPException(404, f"no finished quality run on {date}")
         days = baseline_dates(date, settings.baseline_days)
-        models = [ModelReport(run, json.loads(run.summary or "{}"), store.judgments(run.id),
-                              store.baseline_lengths(run.model, days)) for run in found]
+        summaries = {run.id: json.loads(run.summary or "{}") for run in found}
+        # The baseline days only where the run had a baseline (its days covered): see run._finish.
+        models = [ModelReport(run, summaries[run.id], store.judgments(run.id), store.baseline_lengths(
+            run.model, days if summaries[run.id].get("baseline", "ready") == "ready" else [])) for run in found]
         dates = [run.date for run in store.done_runs()]
         return HTMLResponse(render_report(date, models, dates))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import time
 from collections import defaultdict
@@ -170,8 +171,15 @@ class QualityRunner:
         judged = [Judged(r.score, r.refusal, r.refusal_keyword, r.hallucination, r.error, r.length_tokens,
                          r.cost_usd, r.input_tokens, r.judge_output_tokens, r.reason, r.response) for r in rows]
         days = baseline_dates(day, self.settings.baseline_days)
-        summary = summarise(judged, self.store.baseline_lengths(model, days), self._baseline(model, days),
+        covered = {run.date for run in self.store.done_runs(model, days)
+                   if json.loads(run.summary or "{}").get("sampled")}
+        # A baseline exists only when its days are covered (as the service's): 1 day is no 7-day baseline.
+        ready = len(covered) >= math.ceil(self.settings.baseline_min_coverage * len(days) - 1e-9)
+        base_days = days if ready else []
+        summary = summarise(judged, self.store.baseline_lengths(model, base_days), self._baseline(model, base_days),
                             outcome.available, self.settings.sample_size)
+        summary["baseline_days_covered"], summary["baseline_days"] = len(covered), len(days)
+        summary["baseline"] = "ready" if ready else f"baseline warming up: {len(covered)} of {len(days)} days"
         summary["note"] = outcome.note or None
         self.store.finish_run(run_id, summary, self.wall())
         outcome.sampled = len(rows)

@@ -12,6 +12,10 @@ Two ways to drive it:
 
 A target whose last successful scrape is older than two intervals has no derived series: a
 monitor that falls behind shows gaps, never old numbers as current.
+
+`up` is Prometheus' `up`: the scrape succeeded. A valid page that is no engine's is up with its
+engine unrecognised (monitor.service.recognize says what it holds); a target not scraped yet is
+waiting, neither up nor down.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import asyncio
 import logging
 import ssl
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -37,16 +42,19 @@ from monitor.service.derive import (
     Rates,
     Window,
     WindowStats,
+    baseline_state,
     fleet_rates,
     stats_from_rates,
     window_rates,
 )
 from monitor.service.discovery import DiscoveryError, FileDiscovery
-from monitor.service.engines import EngineSpec, detect, is_router, suggest_prefix
+from monitor.service.engines import EngineSpec, detect, find_engine, is_router
 from monitor.service.extract import Snapshot, extract
+from monitor.service.recognize import unrecognized_reason
 from monitor.service.scrape import ScrapeError, fetch_page, fetch_page_core, target_pool
 from monitor.service.series import SeriesStore
 from monitor.service.shard import owned
+from monitor.store.baseline import BaselineHistory, Point
 
 log = logging.getLogger("monitor.service")
 COLLECTOR = "service"
@@ -72,6 +80,9 @@ class TargetState:
     latest: Snapshot | None = None
     engine: EngineSpec | None = None
     up: bool = False
+    unrecognized: str | None = None  # the page answered but is no engine's: what it holds
+    last_ok: float | None = None  # start of the last successful scrape
+    persisted_at: float | None = None  # time of the last baseline point queued for the store
     last_scrape: float | None = None
     error: str | None = None
     page_bytes: int = 0
@@ -90,6 +101,9 @@ class TargetView:
     generation: str | None
     stale: bool = False  # up at its last scrape, but that was more than STALE_INTERVALS ago
     note: str = ""  # the engine table's note: upstream state, numbers its page does not give
+    waiting: bool = False  # no scrape has finished yet: neither up nor down
+    recognized: bool = True  # False: the page answered but matches no engine table
+    detail: str | None = None  # why it is down or unrecognised
     gauges: dict[str, dict[str, float]] = field(default_factory=dict)  # metric -> model -> value
     stats: dict[tuple[str, str], WindowStats] = field(default_factory=dict)  # (model, window)
 
@@ -101,6 +115,11 @@ class ServiceView:
     objectives: Objectives
     targets: dict[str, TargetView] = field(default_factory=dict)
     fleet: dict[tuple[str, str], WindowStats] = field(default_factory=dict)  # (model, window)
+    baseline_seconds: float = 0.0
+    baseline_min_coverage: float = 0.0
+
+    def baseline(self, stats: WindowStats) -> str:
+        return baseline_state(stats.baseline_coverage, self.baseline_seconds, self.baseline_min_coverage)
 
 
 class ServiceCollector:
@@ -111,8 +130,12 @@ class ServiceCollector:
         health: HealthBook,
         wall: Callable[[], float] = time.time,
         own_clients: bool = False,
+        history: BaselineHistory | None = None,
     ) -> None:
         self.settings = settings
+        # The baselines' series at a coarse cadence, so that a restart does not blind them.
+        self.history = history
+        self._pending: deque[Point] = deque()  # appended by the parse thread, taken by flush_baselines()
         self.client = client
         # A pool per target: httpcore's one pool walks all its connections (and polls each idle
         # socket) on every request, which at a thousand kept-alive connections starves the loop;
@@ -129,7 +152,7 @@ class ServiceCollector:
         self.static: list[ServiceTarget] = []
         self.discovery: FileDiscovery | None = None
         self.reconfigure(settings.targets, settings.file_sd)
-        self.view = ServiceView(ts=wall(), windows=self.windows, objectives=self.objectives)
+        self.view = self.assemble(wall())  # every target waiting for its first scrape
 
     def reconfigure(self, static: Sequence[ServiceTarget], file_sd: Sequence[str]) -> None:
         """New static targets and file_sd files (start-up, SIGHUP); applied at once."""
@@ -174,12 +197,43 @@ class ServiceCollector:
     def _new_state(self, target: Target) -> TargetState:
         interval = self.settings.scrape_interval.seconds
         longest = max(w.seconds for w in self.windows)
-        return TargetState(
+        state = TargetState(
             target,
             store=SeriesStore(longest + interval),
-            baseline=SeriesStore(longest + self.settings.baseline_window.seconds + interval),
+            # Twice the baseline: how far back its history reaches is read beyond its window's start.
+            baseline=SeriesStore(longest + 2 * self.settings.baseline_window.seconds + interval),
             pool=target_pool(self.settings, self._tls) if self._tls is not None else None,
         )
+        self._reload_baseline(state)
+        return state
+
+    def _baseline_retention(self) -> float:
+        return max(w.seconds for w in self.windows) + 2 * self.settings.baseline_window.seconds
+
+    def _reload_baseline(self, state: TargetState) -> None:
+        """The target's stored baseline points (a restart, a target back in file_sd)."""
+        if self.history is None:
+            return
+        points = self.history.load(state.target.name, self.wall() - self._baseline_retention())
+        for point in points:
+            spec = find_engine(point.engine, point.generation)
+            if spec is None or (state.engine is not None and spec is not state.engine):
+                state.baseline.clear()  # another engine's names: only the newest engine's points count
+            state.engine = spec
+            if spec is not None:
+                state.baseline.append(point.snapshot)
+                state.persisted_at = point.snapshot.ts
+        if points:
+            log.info("target %s: %d baseline points reloaded from the store", state.target.name, len(points))
+
+    def flush_baselines(self) -> None:
+        """Write the queued baseline points and prune the ones the baselines no longer need."""
+        if self.history is None:
+            return
+        points = []
+        while self._pending:  # popleft and append are atomic: no point lost to a concurrent scrape
+            points.append(self._pending.popleft())
+        self.history.save(points, self.wall() - self._baseline_retention())
 
     def _retire(self, state: TargetState) -> None:
         """A target gone or changed: close its own pool (later, on the loop, if one runs)."""
@@ -229,21 +283,25 @@ class ServiceCollector:
                         cpu, self._ingest_and_derive, state, fetched.text, fetched.openmetrics, started, queued)
                 state.page_bytes = fetched.size
             except (ScrapeError, PageError) as exc:
-                state.up, state.error = False, str(exc)
+                state.up, state.error, state.unrecognized = False, str(exc), None
                 raise
             except Exception as exc:  # a bug on some page: down with the reason, never stale "up"
-                state.up, state.error = False, f"{type(exc).__name__}: {exc}"
+                state.up, state.error, state.unrecognized = False, f"{type(exc).__name__}: {exc}", None
                 raise
-            if not state.up:
+            if state.unrecognized is not None:
+                if state.unrecognized != state.error:
+                    log.warning("target %s answers, engine not recognised: %s", name, state.unrecognized)
+            elif not state.up or state.error is not None:
                 log.info("target %s is up (%s %s)", name, state.engine.engine if state.engine else "?",
                          state.engine.generation if state.engine else "?")
-            state.up, state.error = True, None
+            state.up, state.error, state.last_ok = True, state.unrecognized, started
 
     def _ingest_and_derive(self, state: TargetState, text: str, openmetrics: bool, ts: float, queued: float) -> None:
         state.cpu_wait = time.perf_counter() - queued
         state.derived = None
         self._ingest(state, text, openmetrics, ts)
-        state.derived = self._derive_target(state, ts)
+        if state.latest is not None:
+            state.derived = self._derive_target(state, ts)
 
     def _ingest(self, state: TargetState, text: str, openmetrics: bool, ts: float) -> None:
         check_text(text)
@@ -251,9 +309,14 @@ class ServiceCollector:
         if is_router(text, prefix):
             raise PageError("a router page (vLLM production-stack: vllm:current_qps{server}), not a serving engine: "
                             "scrape the engines behind it")
-        spec = detect(text, prefix)
+        spec = detect(text, prefix, state.target.engine)
         if spec is None:
-            raise PageError(_no_engine_reason(text, prefix))
+            state.unrecognized = unrecognized_reason(text, state.parser, prefix, state.target.engine)
+            state.latest, state.engine = None, None
+            state.store.clear()
+            state.baseline.clear()
+            return
+        state.unrecognized = None
         if spec is not state.engine:
             # Another engine or generation: old snapshots use other names, start afresh.
             state.store.clear()
@@ -273,7 +336,13 @@ class ServiceCollector:
         state.store.append(snap)
         generation = snap.counters.get("generation_tokens") or {}
         lengths = {metric: snap.buckets[metric] for metric in LENGTH_HISTOGRAMS if metric in snap.buckets}
-        state.baseline.append(Snapshot(ts=snap.ts, counters={"generation_tokens": generation}, buckets=lengths))
+        point = Snapshot(ts=snap.ts, counters={"generation_tokens": generation}, buckets=lengths)
+        state.baseline.append(point)
+        cadence = max(self.settings.scrape_interval.seconds, self.settings.baseline_window.seconds / 60)
+        if self.history is not None and state.engine is not None and (
+                state.persisted_at is None or snap.ts - state.persisted_at >= cadence):
+            self._pending.append(Point(state.target.name, state.engine.engine, state.engine.generation, point))
+            state.persisted_at = snap.ts
 
     def derive(self, now: float) -> ServiceView:
         """Every target's numbers evaluated at `now` (after `collect()`: all scraped just before)."""
@@ -283,7 +352,7 @@ class ServiceCollector:
         return self.assemble(now)
 
     def is_stale(self, state: TargetState, now: float) -> bool:
-        last = state.latest.ts if state.latest is not None else None
+        last = state.latest.ts if state.latest is not None else state.last_ok
         return last is None or now - last > STALE_INTERVALS * self.settings.scrape_interval.seconds
 
     def _derive_target(self, state: TargetState, now: float) -> Derived:
@@ -291,7 +360,8 @@ class ServiceCollector:
         counts_errors = state.engine is not None and "errors" in state.engine.counters
         for window in self.windows:
             rates = window_rates(
-                state.store, now, window, state.baseline, self.settings.baseline_window.seconds, counts_errors
+                state.store, now, window, state.baseline, self.settings.baseline_window.seconds, counts_errors,
+                self.settings.baseline_min_coverage,
             )
             derived.rates[window.label] = rates
             for model, model_rates in rates.items():
@@ -304,7 +374,9 @@ class ServiceCollector:
         Safe to run in a worker thread while the loop scrapes: it reads a copy of the target
         table and each target's last `Derived`, replaced whole, never changed in place.
         """
-        view = ServiceView(ts=now, windows=self.windows, objectives=self.objectives)
+        view = ServiceView(ts=now, windows=self.windows, objectives=self.objectives,
+                           baseline_seconds=self.settings.baseline_window.seconds,
+                           baseline_min_coverage=self.settings.baseline_min_coverage)
         per_window: dict[str, list[dict[str, Rates]]] = {w.label: [] for w in self.windows}
         # (model, window) -> the stats of every target serving it, to skip a fleet sum of one.
         served: dict[tuple[str, str], list[WindowStats]] = {}
@@ -318,6 +390,9 @@ class ServiceCollector:
                 generation=engine.generation if engine else None,
                 stale=stale,
                 note=engine.note() if engine else "",
+                waiting=not state.up and state.error is None,
+                recognized=state.unrecognized is None,
+                detail=state.error,
             )
             view.targets[name] = target_view
             if not target_view.up or latest is None or derived is None:
@@ -336,6 +411,15 @@ class ServiceCollector:
                 view.fleet[(model, window.label)] = fleet
         return view
 
+    def _baselines(self, state: TargetState) -> dict[str, dict[str, str]]:
+        """model -> window -> "ready" | "baseline warming up: 12 of 60 min"."""
+        found: dict[str, dict[str, str]] = {}
+        derived = state.derived
+        for (model, window), stats in (derived.stats.items() if derived else []):
+            found.setdefault(model, {})[window] = baseline_state(
+                stats.baseline_coverage, self.settings.baseline_window.seconds, self.settings.baseline_min_coverage)
+        return found
+
     def status(self) -> list[dict[str, object]]:
         rows = []
         for name, state in self.targets.items():
@@ -345,8 +429,11 @@ class ServiceCollector:
                 "name": name,
                 "url": safe_url(state.target.url),
                 "up": state.up and not stale,
+                "state": target_state(state.up, stale, state.error, state.unrecognized),
                 "stale": stale,
                 "engine": state.engine.engine if state.engine else None,
+                "engine_pinned": state.target.engine,
+                "engine_recognized": None if not state.up else state.unrecognized is None,
                 "generation": state.engine.generation if state.engine else None,
                 "note": state.engine.note() if state.engine else "",
                 "absent": list(state.engine.absent()) if state.engine else [],
@@ -358,15 +445,14 @@ class ServiceCollector:
                 "duplicate_series": state.duplicates,
                 "non_finite_samples": state.non_finite,
                 "models": sorted(state.latest.models()) if state.latest and state.up else [],
+                "baseline": self._baselines(state),
             })
         return rows
 
 
-def _no_engine_reason(text: str, prefix: str) -> str:
-    reason = "no known serving-engine metrics on the page (vLLM, SGLang, TGI, llama.cpp)"
-    if prefix:
-        return f"{reason} behind metric_prefix {prefix!r}"
-    behind = suggest_prefix(text)
-    if behind:
-        return f"{reason}; they appear behind the prefix {behind!r}: set metric_prefix: {behind} on this target"
-    return reason
+def target_state(up: bool, stale: bool, error: str | None, unrecognized: str | None) -> str:
+    """up | unrecognized (answers, no engine's page) | stale | down | waiting (not scraped yet)."""
+    if up:
+        return "stale" if stale else "unrecognized" if unrecognized is not None else "up"
+    return "waiting" if error is None else "down"
+

@@ -7,6 +7,7 @@ scraped:
     TTFT P99          histogram_quantile(0.99, sum by (le, model) (rate(ttft_bucket[w])))
     error ratio       sum(rate(errors[w])) / sum(rate(requests[w]))
     baseline ratio    rate(generation_tokens[w]) / rate(generation_tokens[B] offset w)
+                      -- only where the history reaches back over `min_coverage` of B (below)
 
 Fleet-wide numbers sum the per-target rates; quantiles sum bucket rates across targets on
 the bucket bounds every target has (summing pages with different bounds would be wrong).
@@ -62,7 +63,9 @@ class Rates:
     buckets: dict[str, LeRates] = field(default_factory=dict)
     http_errors: float | None = None
     http_all: float | None = None
-    baseline_generation: float | None = None
+    baseline_generation: float | None = None  # only where the baseline window is covered
+    covered_generation: float | None = None  # generation tokens/s of the targets that have a baseline
+    baseline_coverage: float | None = None  # share of the baseline window the history reaches back over
     baseline_buckets: dict[str, LeRates] = field(default_factory=dict)  # request lengths over the baseline
 
 
@@ -80,6 +83,7 @@ class WindowStats:
     generation_seconds_per_token: float | None = None  # mean busy time per generated token (llama.cpp)
     spec_decode_acceptance_ratio: float | None = None  # accepted / proposed draft tokens
     spec_decode_acceptance_length: float | None = None  # 1 + accepted per draft: tokens per target step
+    baseline_coverage: float | None = None  # share of the baseline window covered (None: no history)
     quantiles: dict[str, dict[float, float]] = field(default_factory=dict)
     slo_attainment: dict[str, float] = field(default_factory=dict)
     lengths: dict[str, LeRates] = field(default_factory=dict)  # request-length bucket rates over the window
@@ -93,11 +97,15 @@ def window_rates(
     baseline: SeriesStore | None = None,
     baseline_seconds: float = 0.0,
     counts_errors: bool = True,
+    min_coverage: float = 0.0,
 ) -> dict[str, Rates]:
     """Per-model rates of one target over (end - window, end] (Prometheus 3.x: left-open).
 
     `baseline` holds the generation-token counters for longer, for the trailing throughput
-    baseline over the `baseline_seconds` before the window.
+    baseline over the `baseline_seconds` before the window. A baseline exists only when the
+    model's samples reach back over `min_coverage` of it, i.e. one lies in (start - 2B, start - c*B]
+    (`baseline` keeps 2B; the recording rules gate on the same range): a rate over a window that
+    holds a minute of an hour is no baseline, and dividing by it would inflate the ratio.
     """
     start = end - window.seconds
     per_model: dict[str, Rates] = {}
@@ -119,14 +127,32 @@ def window_rates(
         (rates,) = per_model.values()
         rates.http_all, rates.http_errors = http["all"], http.get("errors", 0.0)
     if baseline is not None and baseline_seconds > 0:
+        reach = baseline.earliest("counter", "generation_tokens", start - 2 * baseline_seconds, start)
+        for model, first in reach.items():
+            if model in per_model:
+                per_model[model].baseline_coverage = min(1.0, (start - first) / baseline_seconds)
         for (kind, metric, model, le), rate in baseline.rates(start - baseline_seconds, start).items():
-            if model not in per_model:
+            # One rule for every baseline drawn from here: the throughput's and the request lengths'
+            # (the cost layer's expensive-request P99).
+            model_rates = per_model.get(model)
+            if model_rates is None or (model_rates.baseline_coverage or 0.0) < min_coverage:
                 continue
             if kind == "bucket" and le is not None:
-                per_model[model].baseline_buckets.setdefault(metric, {})[le] = rate
+                model_rates.baseline_buckets.setdefault(metric, {})[le] = rate
             elif metric == "generation_tokens":
-                per_model[model].baseline_generation = rate
+                model_rates.baseline_generation = rate
+                model_rates.covered_generation = model_rates.counters.get("generation_tokens")
     return per_model
+
+
+def baseline_state(coverage: float | None, baseline_seconds: float, min_coverage: float) -> str:
+    """"ready", or how far a baseline has come: "baseline warming up: 12 of 60 min"."""
+    if coverage is not None and coverage >= min_coverage:
+        return "ready"
+    covered = (coverage or 0.0) * baseline_seconds
+    if baseline_seconds >= 120:
+        return f"baseline warming up: {int(covered // 60)} of {baseline_seconds / 60:g} min"
+    return f"baseline warming up: {int(covered)} of {baseline_seconds:g} s"
 
 
 def stats_from_rates(rates: Rates, objectives: Objectives) -> WindowStats:
@@ -143,9 +169,9 @@ def stats_from_rates(rates: Rates, objectives: Objectives) -> WindowStats:
         above, below = counters.get(numerator), counters.get(denominator)
         if above is not None and below:
             setattr(stats, ours, added + above / below)
-    generation = counters.get("generation_tokens")
-    if generation is not None and rates.baseline_generation:
-        stats.throughput_baseline_ratio = generation / rates.baseline_generation
+    if rates.covered_generation is not None and rates.baseline_generation:
+        stats.throughput_baseline_ratio = rates.covered_generation / rates.baseline_generation
+    stats.baseline_coverage = rates.baseline_coverage
     for metric, le_rates in rates.buckets.items():
         if metric in LENGTH_HISTOGRAMS:
             stats.lengths[metric] = le_rates
@@ -178,6 +204,11 @@ def fleet_rates(per_target: Iterable[dict[str, Rates]]) -> dict[str, Rates]:
             total.http_errors = _add(total.http_errors, rates.http_errors)
             total.http_all = _add(total.http_all, rates.http_all)
             total.baseline_generation = _add(total.baseline_generation, rates.baseline_generation)
+            total.covered_generation = _add(total.covered_generation, rates.covered_generation)
+            # The fleet's baseline is as far along as its least covered target's.
+            if rates.baseline_coverage is not None:
+                total.baseline_coverage = min(rates.baseline_coverage, 1.0 if total.baseline_coverage is None
+                                              else total.baseline_coverage)
     for (model, metric), shared in bounds.items():
         _keep_shared(fleet[model].buckets, metric, shared)
     for (model, metric), shared in baseline_bounds.items():

@@ -8,7 +8,7 @@ target groups), so one list serves both:
 
 Each address becomes a target named by its `target` label (the address when there is none; a
 group with several addresses and one `target` label gets `<target>-<n>`). `model`, `node`,
-`metric_prefix`, `pod` and `namespace` labels set those target fields, and `gpus` ("0,1,2,3") the
+`metric_prefix`, `engine`, `pod` and `namespace` labels set those target fields, and `gpus` ("0,1,2,3") the
 GPUs that serve it. A file is re-read when it changes; a file that
 cannot be read or parsed keeps its last good targets and says why.
 """
@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from monitor.config import ServiceTarget
 
 log = logging.getLogger("monitor.service.discovery")
-_FIELDS = ("model", "node", "metric_prefix", "pod", "namespace")
+_FIELDS = ("model", "node", "metric_prefix", "engine", "pod", "namespace")
 
 
 class DiscoveryError(ValueError):

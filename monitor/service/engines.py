@@ -400,9 +400,21 @@ def is_router(text: str, prefix: str = "") -> bool:
     return any(_has_sample(text, s) for m in ROUTER_MARKERS for s in spellings(m, prefix))
 
 
-def detect(text: str, prefix: str = "") -> EngineSpec | None:
-    """The engine whose marker sample appears on the page (either spelling); substring checks only."""
+def engine_names() -> list[str]:
+    """The engines a target may pin (`engine: vllm`), in table order."""
+    return list(dict.fromkeys(spec.engine for spec in ENGINES))
+
+
+def find_engine(engine: str, generation: str) -> EngineSpec | None:
+    return next((s for s in ENGINES if s.engine == engine and s.generation == generation), None)
+
+
+def detect(text: str, prefix: str = "", engine: str | None = None) -> EngineSpec | None:
+    """The engine whose marker sample appears on the page (either spelling); substring checks only.
+    A pinned `engine` is looked for among its own generations only."""
     for spec in ENGINES:
+        if engine is not None and spec.engine != engine:
+            continue
         for marker in spec.marker_spellings(prefix):
             if _has_sample(text, marker):
                 return spec

@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from monitor.config import Duration
 from monitor.service.derive import QUANTILES, RATIOS
 from monitor.service.engines import ENGINES, HTTP_API_PREFIX, HTTP_LABELS, GaugeSpec, Selector, spellings
 
@@ -97,13 +98,13 @@ def _first_present(alternatives: Iterable[tuple[str, str]], on: str = BY_TARGET)
     return "\nor\n".join(chains)
 
 
-def _counter(metric: str, window: str, offset: str = "") -> str | None:
+def _counter(metric: str, window: str, offset: str = "", func: str = "rate") -> str | None:
     alternatives = []
     for spec in ENGINES:
         selectors: tuple[Selector, ...] = spec.counters.get(metric, ())
         if not selectors:
             continue
-        rates = " or ".join(f"rate({_selector(s.sample, s.match, s.exclude)}[{window}]{offset})" for s in selectors)
+        rates = " or ".join(f"{func}({_selector(s.sample, s.match, s.exclude)}[{window}]{offset})" for s in selectors)
         alternatives.append((spec.engine, f"sum by ({BY_TARGET}) ({_with_model(rates, spec.model_label)})"))
     return _first_present(alternatives) if alternatives else None
 
@@ -141,7 +142,7 @@ def _error_counting_targets() -> str:
     return f'count by (target) ({{__name__=~"{names}"}})'
 
 
-def window_rules(window: str, baseline: str) -> list[Rule]:
+def window_rules(window: str, baseline: str, min_coverage: float = 0.9) -> list[Rule]:
     """The rules of one window, in evaluation order (later rules read earlier ones)."""
     w = {"window": window}
     rules = [Rule(name, expr, w) for metric, name in _RATES.items() if (expr := _counter(metric, window))]
@@ -154,7 +155,8 @@ def window_rules(window: str, baseline: str) -> list[Rule]:
                       "[[inference:http_requests:rate_model]]", "target, model"), w))
     rules.extend(_ratio_rules(window))
     rules.append(Rule("inference:generation_tokens:rate_baseline",
-                      _counter("generation_tokens", baseline, f" offset {window}") or "", w))
+                      f"({_counter('generation_tokens', baseline, f' offset {window}')})\n"
+                      f"and on ({BY_TARGET})\n({_covered(window, baseline, min_coverage)})", w))
     rules.append(Rule("inference_throughput_baseline_ratio", "[[inference_generation_tokens_per_second]] / "
                       "([[inference:generation_tokens:rate_baseline]] > 0)", w))
     for histogram in _SUMMARIES:
@@ -186,6 +188,22 @@ def _ratio_rules(window: str) -> list[Rule]:
 
 def _rate_name(counter: str) -> str:
     return _RATES.get(counter, f"inference:{counter}:rate")
+
+
+def _covered(window: str, baseline: str, min_coverage: float) -> str:
+    """Where the history reaches back over `min_coverage` of the baseline: a sample in
+    (start - 2B, start - c*B] with start = now - window (as monitor.service.derive.window_rates)."""
+    window_ms, baseline_ms = round(Duration(window).seconds * 1000), round(Duration(baseline).seconds * 1000)
+    reach_ms = round(baseline_ms * min_coverage)
+    offset = f" offset {_duration(window_ms + reach_ms)}"
+    return _counter("generation_tokens", _duration(2 * baseline_ms - reach_ms), offset, func="count_over_time") or ""
+
+
+def _duration(ms: int) -> str:
+    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
 
 
 def _http_rules(window: str) -> list[Rule]:
@@ -234,7 +252,10 @@ def _fleet_rules(window: str) -> list[Rule]:
     for ours, (numerator, denominator, added) in RATIOS.items():
         ratio = f"{total(_rate_name(numerator))} / ({total(_rate_name(denominator))} > 0)"
         rules.append(Rule(f"inference_{ours}", f"{added!r} + {ratio}" if added else ratio, w, fleet=True))
-    rules.append(Rule("inference_throughput_baseline_ratio", f"{total('inference_generation_tokens_per_second')}"
+    # Of the targets that have a baseline: a new target's traffic is not a rise against the others'.
+    covered = ("[[inference_generation_tokens_per_second]] and on (target, model) "
+               "[[inference:generation_tokens:rate_baseline]]")
+    rules.append(Rule("inference_throughput_baseline_ratio", f"sum by (model) ({covered})"
                       f" / ({total('inference:generation_tokens:rate_baseline')} > 0)", w, fleet=True))
     for histogram, name in _SUMMARIES.items():
         buckets = total(f"inference:{histogram}_bucket:rate", "model, le")
@@ -286,8 +307,10 @@ HEADER = """\
 """
 
 
-def rule_file_text(windows: Sequence[str], baseline: str, objectives: dict[str, float]) -> str:
-    return HEADER + yaml.dump(rule_file(windows, baseline, objectives), Dumper=_BlockDumper, sort_keys=False,
+def rule_file_text(windows: Sequence[str], baseline: str, objectives: dict[str, float],
+                   min_coverage: float = 0.9) -> str:
+    return HEADER + yaml.dump(rule_file(windows, baseline, objectives, min_coverage), Dumper=_BlockDumper,
+                              sort_keys=False,
                               width=1_000_000, allow_unicode=True)
 
 
@@ -303,10 +326,11 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 _BlockDumper.add_representer(str, _str)
 
 
-def rule_file(windows: Sequence[str], baseline: str, objectives: dict[str, float]) -> dict[str, Any]:
+def rule_file(windows: Sequence[str], baseline: str, objectives: dict[str, float],
+              min_coverage: float = 0.9) -> dict[str, Any]:
     groups: list[dict[str, Any]] = []
     for window in windows:
-        rules = window_rules(window, baseline) + slo_rules(window, objectives)
+        rules = window_rules(window, baseline, min_coverage) + slo_rules(window, objectives)
         groups.append({"name": f"inference-service-{window}", "rules": [_entry(r, window) for r in rules]})
     groups.append({"name": "inference-service-gauges", "rules": [_entry(r, None) for r in gauge_rules()]})
     return {"groups": groups}

@@ -43,9 +43,15 @@ _TARGET_GAUGES = {
 
 def render_service(view: ServiceView) -> Iterator[Metric]:
     up = family("inference_target_up")
+    recognized = family("inference_target_engine_recognized")
     info = family("inference_target_info")
     for name, target in view.targets.items():
+        if target.waiting:
+            continue  # no scrape has finished: no `up` yet, as in Prometheus before its first scrape
         up.add_sample("inference_target_up", {"target": name}, 1.0 if target.up else 0.0)
+        if target.up:
+            recognized.add_sample("inference_target_engine_recognized", {"target": name},
+                                  1.0 if target.recognized else 0.0)
         if target.engine:
             info.add_sample(
                 "inference_target_info",
@@ -53,6 +59,7 @@ def render_service(view: ServiceView) -> Iterator[Metric]:
                 1.0,
             )
     yield up
+    yield recognized
     yield info
 
     rows: list[tuple[dict[str, str], WindowStats]] = []

@@ -100,6 +100,24 @@ class SeriesStore:
         seen = np.bincount(groups, minlength=len(self._groups)) > 0
         return {self._groups[g]: float(sums[g]) for g in np.nonzero(seen)[0]}
 
+    def earliest(self, kind: str, metric: str, start: float, end: float) -> dict[str, float]:
+        """Per model, the time (s) of the first sample of `metric` in (start, end]: how far back it reaches."""
+        end_ms = to_ms(end)
+        start_ms = end_ms - to_ms(end - start)
+        first = bisect_right(self.times, start_ms)
+        last = bisect_right(self.times, end_ms)
+        found: dict[str, float] = {}
+        if first >= last:
+            return found
+        for (k, name, model, _, _), row in self.keys.items():
+            if k != kind or name != metric:
+                continue
+            valid = np.nonzero(~np.isnan(self._values[row, first:last]))[0]
+            if valid.size:
+                ts = self.times[first + int(valid[0])] / 1000
+                found[model] = min(ts, found.get(model, ts))
+        return found
+
     def _add_row(self, key: SeriesKey) -> int:
         row = len(self.keys)
         if row == self._values.shape[0]:

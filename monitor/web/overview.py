@@ -13,7 +13,7 @@ from monitor.cost.collector import FLEET, CostView
 from monitor.health import HealthBook
 from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuState, InfraView
 from monitor.quality.layer import QualityView
-from monitor.service.collector import ServiceView
+from monitor.service.collector import ServiceView, TargetView, target_state
 from monitor.service.derive import WindowStats
 from monitor.web.history import HEADLINE, History, mean
 
@@ -79,14 +79,16 @@ def service_rows(view: ServiceView, configured: bool) -> dict[str, Any]:
     rows = []
     for name, target in sorted(view.targets.items()):
         models = sorted({model for model, w in target.stats if w == window} | set(_gauge_models(target.gauges)))
-        base = {"target": name, "up": target.up, "engine": target.engine, "generation": target.generation,
-                "note": target.note}
+        base: dict[str, Any] = {"target": name, "up": None if target.waiting else target.up,
+                                "state": _target_state(target),
+                                "detail": target.detail, "engine": target.engine, "generation": target.generation,
+                                "note": target.note}
         if not models or not target.up:
             rows.append({**base, "model": None})
             continue
         for model in models:
             stats = target.stats.get((model, window), WindowStats())
-            rows.append({**base, "model": model, **_stats(stats),
+            rows.append({**base, "model": model, **_stats(stats), "baseline": view.baseline(stats),
                          "running": target.gauges.get("running", {}).get(model),
                          "waiting": target.gauges.get("waiting", {}).get(model),
                          "kv_cache_ratio": target.gauges.get("kv_cache", {}).get(model)})
@@ -94,6 +96,11 @@ def service_rows(view: ServiceView, configured: bool) -> dict[str, Any]:
     return {"configured": configured, "window": window, "rows": rows, "fleet": fleet,
             "objectives": {"ttft_seconds": view.objectives.ttft_seconds,
                            "tpot_seconds": view.objectives.tpot_seconds}}
+
+
+def _target_state(target: TargetView) -> str:
+    return target_state(target.up or target.stale, target.stale, target.detail,
+                        None if target.recognized else target.detail)
 
 
 def _gauge_models(gauges: dict[str, dict[str, float]]) -> set[str]:
@@ -190,21 +197,25 @@ def layer_state(name: str, section: dict[str, Any], health: HealthBook,
     firing = [a["name"] for a in alerts if a["layer"] == name and a["state"] == "firing"]
     failing = [e for e in health.entries.values()
                if e.collector in _COLLECTORS[name] and e.present and e.success is False]
-    down = [r for r in section.get("rows", []) if r.get("up") is False]
+    rows = section.get("rows", [])
+    down = [r for r in rows if r.get("up") is False]
+    unrecognized = [r for r in rows if r.get("state") == "unrecognized"]
     # A quality run the judge failed on: the layer is blind, whatever its alerts say.
-    blind = [f"{r['model']} run {r['date']}: {r['failed']}" for r in section.get("rows", []) if r.get("failed")]
+    blind = [f"{r['model']} run {r['date']}: {r['failed']}" for r in rows if r.get("failed")]
     if blind:
         firing_too = [f"firing: {', '.join(sorted(set(firing)))}"] if firing else []
         return {"state": "failing", "detail": "; ".join(blind + firing_too)}
     if firing:
         return {"state": "firing", "detail": ", ".join(sorted(set(firing)))}
-    if failing or down:
+    if failing or down or unrecognized:
         what = [f"{e.collector}{'/' + e.target if e.target else ''}: {e.error or 'failed'}" for e in failing]
         what += [f"{_row_name(r)} down" for r in down]
+        what += [f"{_row_name(r)} engine not recognised: {r.get('detail')}" for r in unrecognized]
         return {"state": "failing", "detail": "; ".join(dict.fromkeys(what))}
     if not section.get("configured"):
         return {"state": "not configured", "detail": ""}
-    return {"state": "ok", "detail": ""}
+    waiting = [f"{_row_name(r)} waiting for the first scrape" for r in rows if r.get("state") == "waiting"]
+    return {"state": "ok", "detail": "; ".join(dict.fromkeys(waiting))}
 
 
 def _row_name(row: dict[str, Any]) -> str:

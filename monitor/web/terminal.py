@@ -56,6 +56,9 @@ def print_overview(console: Console, o: dict[str, Any], url: str) -> None:
     for name, layer in o["layers"].items():
         if layer["detail"]:
             console.print(Text(f"  {name}: {layer['detail']}", style=_STYLE.get(layer["state"], "")))
+    for r in o["service"]["rows"]:
+        if r.get("baseline") not in (None, "ready"):
+            console.print(Text(f"  {r['target']} {r['model']}: {r['baseline']}", style="dim"))
     if console.width < WIDE:
         for section in (_service_lines, _canary_lines, _gpu_lines, _quality_lines, _cost_lines, _alert_lines):
             for line in section(o):
@@ -75,8 +78,7 @@ def _service(o: dict[str, Any]) -> Table:
     table = Table("target", "model", "up", "req/s", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "errors",
                   "gen tok/s", "run/wait", "KV", title=f"Service (last {s['window']})", title_justify="left")
     for r in s["rows"]:
-        table.add_row(r["target"], r.get("model") or "–", Text("up" if r["up"] else "DOWN",
-                                                               style="green" if r["up"] else "bold red"),
+        table.add_row(r["target"], r.get("model") or "–", _target_state(r),
                       num(r.get("requests_per_second"), 2),
                       *(Text(ms(r.get(key)), style=_STYLE[slo(r.get(key), obj[objective])])
                         for key, objective in _LATENCIES),
@@ -86,6 +88,17 @@ def _service(o: dict[str, Any]) -> Table:
     if notes:
         table.caption, table.caption_justify = "\n".join(notes), "left"
     return table
+
+
+_TARGET_STATES = {"up": ("up", "green"), "stale": ("stale", "yellow"), "down": ("DOWN", "bold red"),
+                  "waiting": ("waiting for the first scrape", "dim"),
+                  "unrecognized": ("engine not recognised", "yellow")}
+
+
+def _target_state(row: dict[str, Any]) -> Text:
+    state = row.get("state") or ("up" if row["up"] else "down")
+    text, style = _TARGET_STATES.get(state, (state, ""))
+    return Text(text, style=style)
 
 
 _LATENCIES = (("ttft_p50_seconds", "ttft_seconds"), ("ttft_p99_seconds", "ttft_seconds"),

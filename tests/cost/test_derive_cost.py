@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from monitor.config import load_settings
@@ -167,3 +169,37 @@ def test_fleet_sums_request_length_buckets_on_shared_bounds_for_window_and_basel
     stats = stats_from_rates(fleet, Objectives())
     assert stats.lengths == fleet.buckets and stats.baseline_lengths == fleet.baseline_buckets
     assert "prompt_len" not in stats.quantiles  # lengths are not exported as summaries
+
+
+def test_per_token_baseline_exists_only_once_its_window_is_covered() -> None:
+    from monitor.cost.derive import CostNumbers, SpendHistory, baseline_ratios
+
+    history = SpendHistory(60 + 2 * 600)
+    steady = CostNumbers(by_model={"m": 2.5}, throughput={("m", "1m"): (100.0, 150.0)},
+                         per_million={("m", "1m", "generated"): 2.5 / 3600 / 100 * 1e6})
+
+    def ratio_at(now: float) -> float | None:
+        return baseline_ratios(steady, history, now, {"1m": 60.0}, 600.0, 0.9).get(("m", "1m"))
+
+    for ts in range(0, 721, 15):
+        history.add(1_000_000 + ts, steady)
+        if ts == 300:  # the samples reach back 240 s of the 600 s baseline before the window
+            assert ratio_at(1_000_000 + ts) is None
+    assert history.coverage("m", "1m", 1_000_000 + 60, 1_000_000 + 600) == pytest.approx(1.0)
+    assert ratio_at(1_000_000 + 720) == pytest.approx(1.0)  # covered: steady spend and tokens, 1.0
+    assert ratio_at(1_000_000 + 585) is None  # 525 s of 600 s: below 90 %, no baseline
+
+
+def test_per_token_baseline_samples_survive_a_restart(tmp_path: Path) -> None:
+    from monitor.store.baseline import SpendPoints
+    from monitor.store.session import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'spend.db'}")
+    try:
+        points = SpendPoints(store.engine)
+        points.save([("m", "1m", 1_000.0, 2.5, 100.0), ("m", "1m", 1_060.0, 2.5, 110.0)], before_ts=0.0)
+        points.save([("m", "1m", 1_120.0, 2.5, 120.0)], before_ts=1_050.0)  # pruned to what is needed
+        assert SpendPoints(store.engine).load(0.0) == [("m", "1m", 1_060.0, 2.5, 110.0),
+                                                       ("m", "1m", 1_120.0, 2.5, 120.0)]
+    finally:
+        store.close()

@@ -62,7 +62,8 @@ def run_monitor(times: list[float]) -> tuple[Monitor, dict[str, list[tuple[float
         return httpx.Response(200, text=text)
 
     settings = load_settings(None, {"infra": {"nvml": {"enabled": "false"}}, "service": {
-        "scrape_interval": "15s", "windows": ["1m", "5m"],
+        # A baseline short enough for the scrapes to cover it (>= 90 %): the ratios exist to compare.
+        "scrape_interval": "15s", "windows": ["1m", "5m"], "baseline_window": "5m",
         "targets": [{"name": "a", "url": "http://a/metrics"}, {"name": "b", "url": "http://b/metrics"}]}})
     monitor = Monitor(settings, client=httpx.AsyncClient(transport=httpx.MockTransport(handler)),
                       wall=lambda: times[step[0]])

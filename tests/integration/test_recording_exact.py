@@ -60,10 +60,10 @@ def ours(rule: Rule, stats: Any) -> float | None:
 def test_recording_rules_give_the_monitors_numbers(tmp_path: Path) -> None:
     monitor, times, prom = backfilled(tmp_path)
     view = monitor.service.view
-    compared = 0
+    compared = baselines = 0
     with prom:
         for window in ("1m", "5m"):
-            rules = window_rules(window, "1h")
+            rules = window_rules(window, "5m")  # the monitor's baseline_window there
             for rule in rules:
                 if rule.record.startswith("inference:"):
                     continue  # intermediate series: checked through the rules that read them
@@ -82,6 +82,7 @@ def test_recording_rules_give_the_monitors_numbers(tmp_path: Path) -> None:
                     assert by_target[target] == pytest.approx(expected, rel=1e-9, abs=1e-12), (
                         rule.record, rule.labels, target)
                     compared += 1
+                    baselines += rule.record == "inference_throughput_baseline_ratio"
         # Gauges at the last scrape: the values on the last pages.
         for rule in gauge_rules()[1:]:
             result = prom.query(rule.expr, at=times[-1])
@@ -92,6 +93,7 @@ def test_recording_rules_give_the_monitors_numbers(tmp_path: Path) -> None:
     # 2 windows x (per target a, b + fleet) x (6 rates and ratios + 12 quantiles); baseline ratios are
     # compared wherever the monitor has one.
     assert compared >= 2 * 3 * 17, compared
+    assert baselines == 2 * 3  # covered (>= 90 % of the 5m baseline) for both windows, per target and fleet
 
 
 class _RulesServer(PrometheusServer):

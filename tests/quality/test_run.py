@@ -68,7 +68,7 @@ def _judged_prompts(script: JudgeScript) -> set[str]:
 
 def test_baseline_from_previous_days_gives_drift_numbers(tmp_path: Path, store_url: str) -> None:
     with judge_server(JudgeScript()) as url:
-        settings = quality_settings(tmp_path, url, store_url)
+        settings = quality_settings(tmp_path, url, store_url, baseline_days=3)
         assert settings.storage.url == store_url
         for n in range(1, 4):  # three baseline days of ~60-token answers
             day = f"2026-11-{29 - n:02d}"
@@ -78,10 +78,16 @@ def test_baseline_from_previous_days_gives_drift_numbers(tmp_path: Path, store_u
         run(settings)
         store = Store(settings.storage.url)
         summary = QualityStore(store.engine).done_runs("qwen3-8b", [DAY])[0].summary
+        first = QualityStore(store.engine).done_runs("qwen3-8b", ["2026-11-28"])[0].summary
         store.close()
     import json
 
+    # The first day had no earlier runs: no baseline, never one of its own few days.
+    early = json.loads(first or "{}")
+    assert early["baseline"] == "baseline warming up: 0 of 3 days" and early["psi"] is None
+    assert early["baseline_score_mean"] is None
     numbers = json.loads(summary or "{}")
+    assert numbers["baseline"] == "ready" and numbers["baseline_days_covered"] == 3
     assert numbers["baseline_output_tokens"]["count"] == 60
     assert numbers["psi"] > 0.25 and numbers["ks_pvalue"] < 0.05
     assert numbers["output_length_mean_change_ratio"] > 1.0

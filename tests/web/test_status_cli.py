@@ -20,7 +20,9 @@ def wait_for(url: str, ok: bool, timeout_s: float = 20.0) -> None:
         overview = httpx.get(f"{url}/api/v1/status", timeout=5, trust_env=False).json()["overview"]
         rows = overview["service"]["rows"]
         # The view is published a tick after the health book changes: wait for both.
+        # ... and for every target's first scrape (a target waiting for it is no problem: ok).
         if overview["ok"] is ok and all(r.get("requests_per_second") is not None for r in rows if r["up"]) \
+                and all(r["state"] != "waiting" for r in rows) \
                 and (ok or any(not r["up"] for r in rows)):
             return
         time.sleep(0.2)
