@@ -60,6 +60,10 @@ CAUSES: tuple[CauseRule, ...] = (
     CauseRule("target_down", "service", (_c("target_up", "==", 0),),
               "{down_targets} does not answer its metrics page: the engine is down or unreachable.",
               "a target of the alert does not answer"),
+    CauseRule("engine_unrecognised", "service", (_c("engine_unrecognized", ">", 0),),
+              "{unrecognized_targets} answers its metrics page, but with no serving engine's metrics on it: "
+              "set `engine:` or `metric_prefix:` on the target, or point it at the engine's own page.",
+              "a target of the alert answers with a page that matches no engine table"),
     CauseRule("engine_errors", "service", (_c("target_up", "==", 1), _c("error_ratio", ">=", "error_ratio")),
               "the engine answers but fails {error_ratio} of its requests itself.",
               "error ratio >= error_ratio (over the alert's window) on a target that answers"),
@@ -166,6 +170,9 @@ def signals(context: Context, settings: CauseSettings) -> Signals:
     if targets:
         values["target_up"] = 0.0 if any(not t.up for t in targets) else 1.0
         texts["down_targets"] = ", ".join(dict.fromkeys(t.target for t in targets if not t.up))
+        unrecognized = [t.target for t in targets if t.up and not t.recognized]
+        values["engine_unrecognized"] = float(len(unrecognized))
+        texts["unrecognized_targets"] = ", ".join(dict.fromkeys(unrecognized))
     worst("error_ratio", [t.request_error_ratio for t in up_targets if t.request_error_ratio is not None], max, _pct)
     worst("kv_cache", [t.kv_cache_usage_ratio for t in up_targets if t.kv_cache_usage_ratio is not None], max, _pct)
     worst("preemptions", [t.preemptions_per_second for t in up_targets if t.preemptions_per_second is not None],

@@ -44,6 +44,7 @@ class TargetFacts:
     model: str | None
     window: str | None
     up: bool
+    recognized: bool = True  # False: it answers, but with no serving engine's metrics
     running: float | None = None
     waiting: float | None = None
     kv_cache_usage_ratio: float | None = None
@@ -196,6 +197,8 @@ def _target_facts(service: ServiceView, name: str, model: str | None, window: st
         return []
     if not target.up:
         return [TargetFacts(name, model, None, up=False)]
+    if not target.recognized:
+        return [TargetFacts(name, model, None, up=True, recognized=False)]
     window = _window(service, window)
     models: list[str | None] = [model] if model else [*_models(target)] or [None]
     return [_one_model(target, m, window) for m in models]

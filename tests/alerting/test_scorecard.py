@@ -3,8 +3,7 @@ same table `python -m bench.scorecard` prints), with the monitor's clock 45x com
 
 Each fault must raise its alert, name its probable cause, raise nothing unexpected, and every
 alert must resolve once the fault is cleared; the healthy run (10 monitor minutes of the demo's
-load) must raise nothing. Scenarios that wait for another branch's fix (`blocked_by`) assert the
-same target and are expected to fail until that fix is merged.
+load) must raise nothing.
 """
 
 from __future__ import annotations
@@ -21,8 +20,7 @@ FAULT_MAX_S = 360.0  # an alert not firing within 6 monitor minutes of its fault
 
 
 def _param(scenario: Scenario) -> object:
-    marks = [pytest.mark.xfail(reason=f"waits for {scenario.blocked_by}", strict=False)] if scenario.blocked_by else []
-    return pytest.param(scenario, id=scenario.name, marks=marks)
+    return pytest.param(scenario, id=scenario.name)
 
 
 def _story(outcome: Outcome) -> str:
