@@ -20,7 +20,7 @@ import httpx
 from bench.pagefarm import PageFarm
 from bench.pages import fleet_page, v1_page
 from monitor.config import load_settings
-from monitor.service.scrape import fetch_page, fetch_page_core, target_pool
+from monitor.scrape import fetch_page, fetch_page_core, target_pool
 
 
 async def with_httpx(url: str, count: int) -> list[float]:

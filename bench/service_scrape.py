@@ -20,8 +20,8 @@ from bench.pageserver import PageServer, growing
 from bench.promserver import PrometheusServer
 from monitor.config import load_settings
 from monitor.health import HealthBook
+from monitor.scrape import fetch_page_core
 from monitor.service.collector import ServiceCollector
-from monitor.service.scrape import fetch_page_core
 
 
 def variants(text: str, count: int) -> list[bytes]:

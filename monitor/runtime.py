@@ -49,10 +49,10 @@ from monitor.infra.render import render_infra
 from monitor.looplag import LoopLagProbe, render_loop_lag
 from monitor.quality.layer import QualityLayer
 from monitor.quality.render import render_quality
+from monitor.scrape import pool_limits
 from monitor.service.collector import ServiceCollector
 from monitor.service.render import render_objectives, render_service
 from monitor.service.schedule import SCRAPES, Spreader, render_schedule
-from monitor.service.scrape import pool_limits
 from monitor.store.baseline import BaselineHistory
 from monitor.store.quality import QualityStore
 from monitor.store.session import Store

@@ -24,7 +24,7 @@ from monitor.infra.reading import GpuIdentity, GpuReading, GpuState, InfraView, 
 from monitor.infra.replay import ReplayNvml, load_trace
 from monitor.promtext import PageError, Parser
 from monitor.redaction import redact_urls, safe_url
-from monitor.service.scrape import ScrapeError, fetch_page
+from monitor.scrape import ScrapeError, fetch_page
 
 MAX_DCGM_PAGE_BYTES = 20_000_000  # 64 GPUs with every field enabled stay far below this
 

@@ -36,6 +36,7 @@ from monitor.config import ServiceSettings, ServiceTarget, Target
 from monitor.health import HealthBook
 from monitor.promtext import PageError, Parser, check_text
 from monitor.redaction import redact_urls, safe_url
+from monitor.scrape import ScrapeError, fetch_page, fetch_page_core, target_pool
 from monitor.service.derive import (
     LENGTH_HISTOGRAMS,
     Objectives,
@@ -51,7 +52,6 @@ from monitor.service.discovery import DiscoveryError, FileDiscovery
 from monitor.service.engines import EngineSpec, detect, find_engine, is_router
 from monitor.service.extract import Snapshot, extract
 from monitor.service.recognize import unrecognized_reason
-from monitor.service.scrape import ScrapeError, fetch_page, fetch_page_core, target_pool
 from monitor.service.series import SeriesStore
 from monitor.service.shard import owned
 from monitor.store.baseline import BaselineHistory, Point

@@ -1,4 +1,5 @@
-"""Fetching one engine page: the only I/O of the service layer.
+"""Fetching one metrics page over HTTP: engine pages (the service layer) and dcgm-exporter pages
+(the infra layer) alike, so it belongs to neither and sits below both.
 
 Every way a target can be broken ends here as a `ScrapeError` with a short reason that is
 safe to log and show (no URL credentials, no body): refused, timed out, HTTP status, too
