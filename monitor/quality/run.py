@@ -16,6 +16,7 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
@@ -147,6 +148,10 @@ class QualityRunner:
     async def _judge_all(self, judge: Judge, model: str, pending: list[QualityJudgment],
                          progress: Progress | None) -> None:
         limit = asyncio.Semaphore(self.settings.judge.concurrency)
+        # One writer thread: the verdicts' commits queue there instead of racing each other for the
+        # SQLite file from the default executor's threads (several at once crashed the process).
+        writer = ThreadPoolExecutor(1, thread_name_prefix="infermon-verdicts")
+        loop = asyncio.get_running_loop()
         done = 0
         if progress:
             progress(model, 0, len(pending))
@@ -157,14 +162,17 @@ class QualityRunner:
                 verdict = await judge.judge(JudgeInput(row.prompt, row.response, row.context, row.reference))
             # Committed at once (that is what makes a killed run resumable), off the loop: an fsync
             # per verdict would otherwise hold back the next judge call.
-            await asyncio.to_thread(self.store.save_verdict, row.id, verdict, self.wall())
+            await loop.run_in_executor(writer, self.store.save_verdict, row.id, verdict, self.wall())
             if verdict.error:
                 log.info("quality %s: judge error on %s: %s", model, row.sample_key, verdict.error)
             done += 1
             if progress:
                 progress(model, done, len(pending))
 
-        await asyncio.gather(*(one(row) for row in pending))
+        try:
+            await asyncio.gather(*(one(row) for row in pending))
+        finally:
+            writer.shutdown(wait=False)  # a save still queued runs to its end on that thread
 
     def _finish(self, run_id: int, day: str, model: str, outcome: ModelOutcome) -> None:
         rows = self.store.judgments(run_id)
