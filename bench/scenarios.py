@@ -63,6 +63,9 @@ class Scenario:
     allow: frozenset[str] = frozenset()  # true alerts of the same fault, neither required nor false
     healthy_s: float = 120.0  # monitor seconds before the fault
     engine: tuple[tuple[str, int], ...] = ()  # EngineConfig fields other than the demo's
+    # `unknown` is an honest answer here, a wrong cause never is: when TTFTP99High fires, the
+    # simulator has often preempted its way back under the 90 % KV-cache fact (kv_pressure).
+    unknown_ok: bool = False
 
 
 # A slower engine also generates fewer tokens: ThroughputDrop is a true alert of these faults.
@@ -75,7 +78,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     # The demo's 0.4 % fills under its fuller load (long-prompt bursts, the quality feed); 0.1 % here.
     Scenario("kv_pressure", "KV cache cut to 0.1 %: preemptions, slow first tokens",
              (("kv_pressure", 0.001), ("gpu_hold", GPU_IDLE)), "TTFTP99High", "kv_cache_pressure",
-             allow=SLOWER),
+             allow=SLOWER, unknown_ok=True),
     # The demo's 48 sequences take ~15 real s to fill at 6x slower decode; with 24 (half used by the
     # healthy load) the queue forms within seconds of the fault and drains within seconds after it.
     # The GPU busy for ten minutes of it is saturated and at its power cap: true alerts too.

@@ -224,7 +224,9 @@ class ServiceSettings(_Section):
             self.scrape_timeout = interval  # the default deadline, shortened to a short interval
         if self.scrape_timeout.seconds > interval.seconds:
             raise ValueError(f"scrape_timeout {self.scrape_timeout} is longer than scrape_interval {interval}")
-        short = [w.text for w in self.windows if w.seconds < 2 * interval.seconds]
+        # (t - w, t] holds the scrapes at t and t - interval only when w > interval (Prometheus'
+        # docs advise 4x for jitter and missed scrapes; two is what a rate cannot do without).
+        short = [w.text for w in self.windows if w.seconds <= interval.seconds]
         if short:
             raise ValueError(f"windows {short} hold fewer than two scrapes at scrape_interval {interval} "
                              "(a rate needs two)")

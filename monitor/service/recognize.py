@@ -4,7 +4,8 @@ Prometheus' `up` means the scrape succeeded, and so does ours: a valid page whos
 no engine table is up, with its engine unrecognised (`inference_target_engine_recognized 0`),
 and the reason names what was found and what to set:
 
-    reachable, 17 families (process_*, python_*), none of vLLM / SGLang / TGI; set `engine:` or `metric_prefix:`
+    reachable, 17 families (process_*, python_*), none of vLLM / SGLang / TGI / llama.cpp;
+    set `engine:` or `metric_prefix:`
 
 A target that pins its engine (`engine: vllm`) gets the families that were expected and missing.
 A body that is not Prometheus text at all (JSON, HTML) fails the scrape, as in Prometheus.
@@ -15,7 +16,7 @@ from __future__ import annotations
 from monitor.promtext import Page, PageError, Parser
 from monitor.service.engines import ENGINES, HTTP_SAMPLES, spellings, suggest_prefix
 
-_DISPLAY = {"vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI"}
+_DISPLAY = {"vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI", "llamacpp": "llama.cpp"}
 _SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created", "_info", "_gcount", "_gsum")
 _SHOWN_PREFIXES = 5
 

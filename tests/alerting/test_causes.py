@@ -12,6 +12,7 @@ from monitor.config import CauseSettings, ConfigError, load_settings
 from monitor.exporter import make_registry, render_text
 from monitor.infra.render import render_infra
 from monitor.quality.render import render_quality
+from monitor.service.collector import TargetView
 from monitor.service.render import render_service
 from tests.alerting.contextviews import MODEL, NODE, assert_context_matches, gpu, quality_view, target, views
 
@@ -20,6 +21,7 @@ DEFAULTS = CauseSettings()
 
 SCENARIOS = {
     "target_down": views([target(up=False)], [gpu()]),
+    "engine_unrecognised": views([TargetView("vllm-a", True, None, None, recognized=False)], [gpu()]),
     "engine_errors": views([target(error_ratio=0.2)], [gpu(util=0.99, reasons=("sw_power_cap",))]),
     "kv_cache_pressure": views([target(kv=0.97, waiting=30, preemptions_per_second=2.5)],
                                [gpu(util=0.99, reasons=("hw_thermal",))]),

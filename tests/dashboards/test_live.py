@@ -43,6 +43,11 @@ NO_DATA = {
         "the simulated vLLM runs without speculative decoding; tests/service/test_real_engine_pages.py",
     ("cost.json", "$/token against its baseline"):
         "needs a full trailing baseline window (service.baseline_window, 10 min in the demo) before the window",
+    ("service.json", "Throughput against its baseline"):
+        "a baseline exists once 90 % of its window (10 min in the demo) is history "
+        "(tests/service/test_baseline_coverage.py)",
+    ("cost.json", "Unusually long requests"):
+        "against the length baseline, which needs 90 % of its window (10 min in the demo) of history first",
 }
 
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from bench.pagefarm import PageFarm
-from monitor.config import ServiceSettings, Settings, load_settings
+from monitor.config import Duration, ServiceSettings, Settings, load_settings
 from monitor.exporter import TextWriter, make_registry, render_text
 from monitor.health import HealthBook
 from monitor.runtime import Monitor
@@ -77,7 +77,10 @@ def test_a_slow_target_is_never_scraped_twice_at_once_and_the_others_keep_their_
     with PageServer() as pages:
         targets = {"good": pages.set("/good", Generated(lambda hit: grow(BASE, 1 + 0.1 * hit))),
                    "hung": pages.set("/hang", Hang())}
-        service = settings(targets, scrape_interval="200ms", scrape_timeout="1s").service
+        # A scrape that outlives its slot: configs refuse a timeout over the interval, but a scrape can
+        # still run past its slot (a slow parse, a busy loop); the schedule must hold it to one at a time.
+        service = settings(targets, scrape_interval="200ms", scrape_timeout="200ms").service
+        service = service.model_copy(update={"scrape_timeout": Duration("1s")})  # unvalidated on purpose
 
         async def run() -> tuple[Spreader, int, dict[str, object]]:
             async with httpx.AsyncClient(trust_env=False) as client:

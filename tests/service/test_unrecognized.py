@@ -115,8 +115,8 @@ def test_unrecognised_page_is_up_with_its_own_state_and_a_warning(app_url: tuple
         assert not [line for line in text if 'target="app"' in line and line.startswith("inference_requests")]
         app = row(monitor, "app")
         assert app["up"] is True and app["state"] == "unrecognized" and app["engine_recognized"] is False
-        assert app["error"] == (f"reachable, {families} families (process_*, python_*), none of vLLM / SGLang / TGI; "
-                                "set `engine:` or `metric_prefix:`")
+        assert app["error"] == (f"reachable, {families} families (process_*, python_*), "
+                                "none of vLLM / SGLang / TGI / llama.cpp; set `engine:` or `metric_prefix:`")
         assert row(monitor, "vllm-a")["state"] == "up"
         # A warning of its own; the page answers, so TargetDown never fires.
         fired = [(a.name, a.status, a.labels["severity"]) for a in sink.sent]
@@ -143,7 +143,7 @@ def test_layer_and_terminal_say_what_was_found(app_url: tuple[str, int]) -> None
         out = io.StringIO()
         print_overview(Console(file=out, width=400), view, "http://monitor")
         printed = out.getvalue()
-        assert "engine not recognised" in printed and "none of vLLM / SGLang / TGI" in printed
+        assert "engine not recognised" in printed and "none of vLLM / SGLang / TGI / llama.cpp" in printed
         assert "DOWN" not in printed
 
 
@@ -208,7 +208,7 @@ def test_check_says_what_was_found(app_url: tuple[str, int], tmp_path: Path) -> 
                             env=env(tmp_path), timeout=60, check=False)
     assert result.returncode == 1, result.stdout + result.stderr
     assert (f"engine not recognised: reachable, {families} families (process_*, python_*), "
-            "none of vLLM / SGLang / TGI; set `engine:` or `metric_prefix:`") in result.stdout
+            "none of vLLM / SGLang / TGI / llama.cpp; set `engine:` or `metric_prefix:`") in result.stdout
     assert "DOWN" not in result.stdout
 
 
