@@ -35,7 +35,7 @@ def raise_fd_limit() -> int:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
             soft = target
         except (ValueError, OSError):
-            pass
+            pass  # not permitted here: the soft limit stays, and the connection cap is sized from it
     return soft
 
 

@@ -24,6 +24,7 @@ import socket
 import string
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -197,3 +198,10 @@ class LlamaServer:
 
     def metrics(self) -> str:
         return httpx.get(f"{self.url}/metrics", timeout=10).text
+
+
+def serve_tiny_model(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[LlamaServer]:
+    """A module fixture's body: the built binary serving a fresh tiny model until the module ends."""
+    directory: Path = tmp_path_factory.mktemp(name)
+    with LlamaServer(llama_server_binary(), tiny_model(directory / "tiny.gguf")) as running:
+        yield running

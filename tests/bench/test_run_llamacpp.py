@@ -20,15 +20,12 @@ from monitor.bench.run import BenchConfig, run_bench
 from monitor.bench.scenario import BUILT_IN
 from monitor.config import CostSettings
 from monitor.cost.prices import PriceBook
-from tests.llamacpp import MODEL_NAME, LlamaServer, llama_server_binary, tiny_model
+from tests.llamacpp import MODEL_NAME, LlamaServer, serve_tiny_model
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    binary = llama_server_binary()
-    directory: Path = tmp_path_factory.mktemp("llama-bench")
-    with LlamaServer(binary, tiny_model(directory / "tiny.gguf")) as running:
-        yield running
+    yield from serve_tiny_model(tmp_path_factory, "llama-bench")
 
 
 def _predicted(server: LlamaServer) -> float:

@@ -25,7 +25,7 @@ from monitor.config import CanaryProbe, JudgeSettings, load_settings
 from monitor.quality.judge import Judge, JudgeInput
 from monitor.runtime import Monitor
 from monitor.store.quality import Verdict
-from tests.llamacpp import MODEL_NAME, LlamaServer, llama_server_binary, tiny_model
+from tests.llamacpp import MODEL_NAME, LlamaServer, serve_tiny_model
 
 WINDOW, ELAPSED = "61s", 60.0  # see test_table_reads_the_live_page: rate() is then the plain delta / 60 s
 T0 = 1_767_300_000.0
@@ -33,10 +33,7 @@ T0 = 1_767_300_000.0
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    binary = llama_server_binary()
-    directory: Path = tmp_path_factory.mktemp("llama")
-    with LlamaServer(binary, tiny_model(directory / "tiny.gguf")) as running:
-        yield running
+    yield from serve_tiny_model(tmp_path_factory, "llama")
 
 
 def chat(server: LlamaServer, content: str, max_tokens: int = 24) -> dict[str, object]:
