@@ -39,7 +39,7 @@ from monitor.sim.faults import GPU_BUSY, GPU_IDLE, GPU_MEMFILL, FaultKind
 from monitor.sim.judge import create_judge_app
 from monitor.sim.load import LoadConfig
 from monitor.sim.quality_feed import simulated_history
-from monitor.sim.server import serve_in_loop
+from monitor.sim.server import InLoopServer, serve_in_loop
 
 # What a scenario can break: the simulator's own faults, and two it cannot show itself.
 Fault = tuple[FaultKind | Literal["gpu_lost", "judge_failing"], float]
@@ -268,7 +268,7 @@ class World:
     async def _start_judge(self) -> dict[str, Any]:
         config = uvicorn.Config(create_judge_app(failing=lambda: self.judge_failing), host="127.0.0.1", port=0,
                                 log_level="warning", log_config=None, access_log=False, lifespan="off")
-        self.judge = uvicorn.Server(config)
+        self.judge = InLoopServer(config)
         started = asyncio.Event()
         self.tasks.append(asyncio.create_task(serve_in_loop(self.judge, started)))
         await started.wait()

@@ -105,7 +105,11 @@ def demo(
     from monitor.demo import run_demo
 
     _logging("info")
-    asyncio.run(run_demo(port=port, duration=duration, keep_state=keep_state))
+    try:
+        asyncio.run(run_demo(port=port, duration=duration, keep_state=keep_state))
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, SIGTERM: stopped in order
+        typer.echo("inference-monitor demo: stopped")
+        raise typer.Exit(130) from None
 
 
 @app.command()

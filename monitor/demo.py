@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import socket
 import tempfile
+from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ from monitor.sim.faults import demo_schedule
 from monitor.sim.load import LoadConfig, run_load
 from monitor.sim.profile import EngineConfig
 from monitor.sim.quality_feed import feed_request_log, serve_judge, simulated_history
-from monitor.sim.server import serve
+from monitor.sim.server import InLoopServer, serve
 from monitor.sim.webhook_sink import serve_sink
 
 log = logging.getLogger("monitor.demo")
@@ -94,26 +96,32 @@ async def run_demo(port: int = 9480, duration: float | None = None, keep_state: 
 
 
 async def _run_demo(port: int, duration: float | None, state: Path) -> None:
+    # Ctrl-C and SIGTERM (`docker stop`, a supervisor) cancel this task: the demo shuts down in
+    # order. Installed here, not left to asyncio.run: a process started in the background by a
+    # shell inherits SIGINT ignored, and asyncio.run then leaves it so.
+    main = asyncio.current_task()
+    if main is not None:
+        for stop in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not off the main thread
+                asyncio.get_running_loop().add_signal_handler(stop, main.cancel)
     sim = SimulatedEngine(EngineConfig(max_num_seqs=DEMO_MAX_NUM_SEQS), faults=demo_schedule())
     sim_port = _free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
-    started = asyncio.Event()
-    tasks: list[asyncio.Task[Any]] = [
-        asyncio.create_task(serve(sim, port=sim_port, started=started), name="simulator")
-    ]
-    await started.wait()
-    judge_port, judge_started = _free_port(), asyncio.Event()
-    tasks.append(asyncio.create_task(serve_judge(judge_port, judge_started), name="judge-simulator"))
-    await judge_started.wait()
-    sink_port, sink_started = _free_port(), asyncio.Event()
-    tasks.append(asyncio.create_task(serve_sink(sink_port, sink_started), name="webhook-sink"))
-    await sink_started.wait()
+    tasks: list[asyncio.Task[Any]] = []
+    judge_port, sink_port = _free_port(), _free_port()
+    try:
+        await _helper(tasks, "simulator", lambda started: serve(sim, port=sim_port, started=started))
+        await _helper(tasks, "judge-simulator", lambda started: serve_judge(judge_port, started))
+        await _helper(tasks, "webhook-sink", lambda started: serve_sink(sink_port, started))
+    except BaseException:
+        await _stop(None, tasks)
+        raise
     settings = demo_settings(sim_url, port, extra={"quality": demo_quality(judge_port),
                                                    "alerting": demo_alerting(sink_port)}, state=state)
     monitor = Monitor(settings)
     gpu_follows_the_cycle(monitor, sim)
-    server = uvicorn.Server(uvicorn.Config(create_app(monitor), host="127.0.0.1", port=port,
-                                           log_level="warning", log_config=None, access_log=False))
+    server = InLoopServer(uvicorn.Config(create_app(monitor), host="127.0.0.1", port=port, log_level="warning",
+                                         log_config=None, access_log=False, timeout_graceful_shutdown=5))
     tasks.append(asyncio.create_task(server.serve(), name="monitor"))
     tasks.append(asyncio.create_task(quality_scenario(monitor, sim, sim_url, server, port), name="quality"))
     load = LoadConfig(rps=DEMO_RPS, duration_s=duration if duration is not None else 7 * 86400.0,
@@ -128,13 +136,46 @@ async def _run_demo(port: int, duration: float | None, state: Path) -> None:
         else:
             await asyncio.sleep(duration)
     finally:
+        await _stop(server, tasks)
+
+
+async def _helper(tasks: list[asyncio.Task[Any]], name: str,
+                  serving: Callable[[asyncio.Event], Coroutine[Any, Any, None]]) -> None:
+    """Starts one of the demo's servers; returns once it accepts connections, raises if it ends
+    before that (a server that failed to start must not leave the demo waiting for it)."""
+    started = asyncio.Event()
+    task = asyncio.create_task(serving(started), name=name)
+    tasks.append(task)
+    waiting = asyncio.create_task(started.wait())
+    try:
+        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiting.cancel()
+    if not started.is_set():
+        failure = task.exception() if task.done() and not task.cancelled() else None
+        raise RuntimeError(f"demo: the {name} did not start: {failure!r}") from failure
+
+
+STOP_TIMEOUT_S = 15.0
+
+
+async def _stop(server: uvicorn.Server | None, tasks: list[asyncio.Task[Any]]) -> None:
+    """All at once, bounded: the monitor shuts down gracefully (its store flushed), the rest is
+    cancelled. Waited for together, not one by one: a Ctrl-C ends the demo in seconds."""
+    if server is not None:
         server.should_exit = True
-        for task in tasks:
-            if task.get_name() != "monitor":
-                task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(task, 10)
+    if not tasks:
+        return
+    for task in tasks:
+        if task.get_name() != "monitor":
+            task.cancel()
+    _, pending = await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
+    for task in pending:
+        log.warning("demo: %s did not stop within %.0f s; cancelled", task.get_name(), STOP_TIMEOUT_S)
+        task.cancel()
+    for task in tasks:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            log.warning("demo: %s ended with %r", task.get_name(), task.exception())
 
 
 FIRST_SCRAPE_TIMEOUT_S = 30.0

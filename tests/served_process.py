@@ -5,6 +5,7 @@ would share the GIL with the monitor and be measured with it."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -63,3 +64,19 @@ def _healthy(url: str) -> bool:
         return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def stop(process: subprocess.Popen[Any], sig: int = signal.SIGINT, timeout_s: float = 60.0) -> str:
+    """Signals the process (by its pid: Popen's own) and reaps it: its output when piped.
+
+    A bound, not a pause: a stop takes seconds, the bound is for a machine busy with other work.
+    Past it the process is killed and still reaped (its pipes closed): a process left behind is a
+    ResourceWarning that fails a later, unrelated test."""
+    if process.poll() is None:
+        process.send_signal(sig)
+    try:
+        output = process.communicate(timeout=timeout_s)[0]
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output = process.communicate()[0]
+    return output or ""

@@ -13,6 +13,7 @@ import httpx
 
 from bench.promserver import free_port
 from tests.pageserver import Page, PageServer
+from tests.served_process import stop
 from tests.service.exporters import prefixed
 
 FIXTURE = (Path(__file__).parent / "fixtures" / "sample_vllm_v1.prom").read_text()
@@ -161,12 +162,7 @@ def test_demo_shows_service_numbers(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, text[-3000:]
             time.sleep(1)
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.communicate(timeout=20)
-        finally:
-            if process.poll() is None:
-                process.kill()
+        stop(process)
 
 
 def test_version_and_plain_help(tmp_path: Path) -> None:

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect
 
 from monitor.quality.checks import estimate_tokens, refusal_keyword
 
@@ -53,8 +54,11 @@ def create_judge_app(latency_s: float = 0.0, failing: Callable[[], bool] = lambd
     app.state.calls = 0
 
     @app.post("/v1/chat/completions", response_model=None)
-    async def chat(request: Request) -> dict[str, Any] | JSONResponse:
-        body = await request.json()
+    async def chat(request: Request) -> dict[str, Any] | Response:
+        try:
+            body = await request.json()
+        except ClientDisconnect:  # the client gave up mid-body (a quality run stopped): nobody to answer
+            return Response(status_code=499)
         app.state.calls += 1
         if failing():  # what a real server said to a sampler it does not support
             return JSONResponse({"error": {"message": "(simulated) unsupported samplers in request",

@@ -23,7 +23,7 @@ import uvicorn
 from monitor.quality.sample import Sample
 from monitor.sim.judge import create_judge_app
 from monitor.sim.protocol import filler_text
-from monitor.sim.server import serve_in_loop
+from monitor.sim.server import InLoopServer, serve_in_loop
 
 QUESTIONS = (
     "Summarise the causes of the 2008 financial crisis.", "How do I reverse a linked list in Python?",
@@ -38,7 +38,7 @@ async def serve_judge(port: int, started: asyncio.Event, latency_s: float = 0.0,
                       failing: Callable[[], bool] = lambda: False) -> None:
     config = uvicorn.Config(create_judge_app(latency_s, failing), host="127.0.0.1", port=port, log_level="warning",
                             log_config=None, access_log=False, lifespan="off")
-    await serve_in_loop(uvicorn.Server(config), started)
+    await serve_in_loop(InLoopServer(config), started)
 
 
 async def feed_request_log(sim_url: str, monitor_url: str, count: int, concurrency: int = 8,

@@ -11,7 +11,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from types import TracebackType
 from typing import Any
 
@@ -269,7 +269,20 @@ async def serve(
 ) -> None:  # fmt: skip
     """Serve the simulator in the running event loop until cancelled (then shut down
     gracefully). `started` is set once the port accepts connections."""
-    await serve_in_loop(uvicorn.Server(_uvicorn_config(create_app(sim), host, port, log_level)), started)
+    await serve_in_loop(InLoopServer(_uvicorn_config(create_app(sim), host, port, log_level)), started)
+
+
+class InLoopServer(uvicorn.Server):
+    """A uvicorn server inside a loop that someone else runs (the demo, a bench scenario).
+
+    It leaves SIGINT and SIGTERM to the loop's owner. uvicorn's own capture replaces the handler
+    and re-raises the signal only once it has shut down; with several servers in one process
+    every one chains to the previous one, so one Ctrl-C stopped them one by one, each waiting
+    for its connections, and the demo took 2 minutes to exit."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 async def serve_in_loop(server: uvicorn.Server, started: asyncio.Event | None = None) -> None:

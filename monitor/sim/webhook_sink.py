@@ -14,9 +14,10 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
+from starlette.requests import ClientDisconnect
 
-from monitor.sim.server import serve_in_loop
+from monitor.sim.server import InLoopServer, serve_in_loop
 
 log = logging.getLogger("monitor.demo.webhook")
 
@@ -25,9 +26,12 @@ def create_sink_app(received: list[dict[str, Any]] | None = None) -> FastAPI:
     app = FastAPI(title="demo webhook sink")
     kept = received if received is not None else []
 
-    @app.post("/hook")
-    async def hook(request: Request) -> dict[str, int]:
-        body = await request.json()
+    @app.post("/hook", response_model=None)
+    async def hook(request: Request) -> dict[str, int] | Response:
+        try:
+            body = await request.json()
+        except ClientDisconnect:  # the monitor stopped mid-delivery: it retries what was not acknowledged
+            return Response(status_code=499)
         alerts = body.get("alerts", []) if isinstance(body, dict) else []
         for alert in alerts:
             labels = alert.get("labels", {})
@@ -75,4 +79,4 @@ def received_page(bodies: list[dict[str, Any]]) -> str:
 async def serve_sink(port: int, started: asyncio.Event) -> None:
     config = uvicorn.Config(create_sink_app(), host="127.0.0.1", port=port, log_level="warning",
                             log_config=None, access_log=False, lifespan="off")
-    await serve_in_loop(uvicorn.Server(config), started)
+    await serve_in_loop(InLoopServer(config), started)

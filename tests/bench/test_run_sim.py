@@ -68,7 +68,18 @@ def test_reported_percentiles_are_the_imposed_distribution(start_sim, prompts: P
     assert len(imposed) == result["levels"][0]["repeats"][0]["requests"] >= 30
     # Never below the model's lower bound; above its upper one only by the simulator loop's own lateness.
     assert min(imposed) >= 0.05 and max(imposed) <= 1.55 + TRANSPORT_S
+    samples = result["levels"][0]["ttft_samples_s"]
+    assert len(samples) == len(imposed)
     for p in (50, 95, 99):
+        # What is reported is the percentile of what was measured ...
+        assert ttft[f"p{p}"] == pytest.approx(percentile(samples, p), abs=1e-9), p
+    # ... and what was measured is the imposed distribution, late by the transport: every order
+    # statistic at or above the imposed one, and all but the few the machine delayed (a 0.4 s stall
+    # of one request was seen on CI's busy machine: that is P99 of 40 samples) within TRANSPORT_S.
+    late = [c - s for c, s in zip(sorted(samples), sorted(imposed), strict=True)]
+    assert min(late) >= -0.002
+    assert sum(1 for d in late if d > TRANSPORT_S) <= max(1, len(late) // 20), late
+    for p in (50, 95):
         server_side = percentile(imposed, p)
         assert server_side is not None
         assert server_side - 0.002 <= ttft[f"p{p}"] <= server_side + TRANSPORT_S, p

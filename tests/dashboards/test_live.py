@@ -11,7 +11,6 @@ About two minutes.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pytest
 from bench.promserver import PrometheusServer, free_port
 from tests.conftest import require_binary
 from tests.dashboards.panels import LABEL_VALUES, ROOT, PanelQuery, expanded_variables, queries
+from tests.served_process import stop
 
 pytestmark = pytest.mark.prometheus
 
@@ -69,12 +69,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusS
         yield server
     finally:
         server.stop()
-        demo.send_signal(signal.SIGINT)
-        try:
-            demo.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            demo.kill()
-            demo.wait(timeout=10)
+        stop(demo)
         log.close()
     assert "Traceback" not in (workdir / "demo.log").read_text()
 

@@ -3,6 +3,7 @@ first scrape, and the replayed H200 busy while the simulated engine serves (#17 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -11,8 +12,10 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from bench.promserver import free_port
+from tests.served_process import stop
 
 
 def _start(cwd: Path, port: int, *args: str) -> subprocess.Popen[str]:
@@ -20,16 +23,6 @@ def _start(cwd: Path, port: int, *args: str) -> subprocess.Popen[str]:
     env.pop("INFERMON_STORAGE__URL", None)
     return subprocess.Popen([sys.executable, "-m", "monitor.cli", "demo", "--port", str(port), *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd)
-
-
-def _stop(process: subprocess.Popen[str]) -> str:
-    process.send_signal(signal.SIGINT)
-    try:
-        return process.communicate(timeout=30)[0]
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
 
 
 def _metric(text: str, name: str) -> float | None:
@@ -65,7 +58,7 @@ def test_demo_starts_fresh_waits_for_the_first_scrape_and_its_gpu_follows_the_lo
         assert [(t["labels"]["alertname"], t["status"]) for t in alerts["transitions"]
                 if t["labels"].get("layer") != "quality"] == []
     finally:
-        output = _stop(process)
+        output = stop(process)
     assert "Traceback" not in output, output[-3000:]
     waiting = output.index("waiting for the first scrape of vllm-sim")
     assert waiting < output.index("overview  http://")  # the banner only once the target was scraped
@@ -78,6 +71,49 @@ def test_demo_keeps_its_state_only_when_asked(tmp_path: Path) -> None:
     try:
         process.wait(timeout=60)
     finally:
-        output = _stop(process)
+        output = stop(process)
     assert process.returncode == 0, output[-3000:]
     assert (tmp_path / "infermon-demo.db").stat().st_size > 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_stops_the_demo_in_order_within_seconds(tmp_path: Path, sig: signal.Signals) -> None:
+    """Started as a shell's background job would be (SIGINT ignored), stopped while the quality
+    layer judges: the monitor shuts down gracefully and the process exits. Its embedded servers
+    once each captured the signal and re-raised it after their own shutdown, so a Ctrl-C took
+    ~2 minutes, and with SIGINT ignored it did nothing."""
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(Path.cwd())}
+    env.pop("INFERMON_STORAGE__URL", None)
+    process = subprocess.Popen([sys.executable, "-m", "monitor.cli", "demo", "--port", str(port), "--duration", "600"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # the history is being judged and the request log fed: the busiest part of the start
+            assert time.monotonic() < deadline and process.poll() is None, "the demo did not start"
+            try:
+                runs = httpx.get(f"http://127.0.0.1:{port}/api/v1/quality/runs", timeout=5).json()["runs"]
+            except (httpx.HTTPError, ValueError):
+                runs = []
+            if runs:
+                break
+            time.sleep(0.2)
+    finally:
+        output = stop(process, sig)  # it took 115 s before the fix; seconds after it
+    assert process.returncode == 130, output[-3000:]
+    assert "monitor stopped" in output and "inference-monitor demo: stopped" in output
+    assert "Traceback" not in output and "did not stop within" not in output, output[-3000:]
+
+
+def test_a_demo_server_that_fails_to_start_is_an_error_not_a_wait() -> None:
+    """The webhook sink once failed at its route's creation: the demo waited for it forever."""
+    from monitor.demo import _helper
+
+    async def failing(started: asyncio.Event) -> None:
+        raise OSError("[Errno 98] address already in use")
+
+    tasks: list[asyncio.Task[None]] = []
+    with pytest.raises(RuntimeError, match=r"the webhook-sink did not start.*address already in use"):
+        asyncio.run(_helper(tasks, "webhook-sink", failing))
+    assert tasks[0].done()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from monitor.runtime import Monitor
 from monitor.web.page import gib, ms, num, pct, usd
 from tests.appserver import serve_app
 from tests.pageserver import status_page
+from tests.served_process import stop
 from tests.web.browser import artifacts_dir, browser_page
 from tests.web.scenario import cell, row, settings_for, two_targets
 
@@ -55,12 +55,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     try:
         yield Demo(f"http://127.0.0.1:{port}", process, log, time.monotonic())
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop(process)
 
 
 def overview_of(url: str) -> dict[str, Any]:
