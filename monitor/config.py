@@ -396,6 +396,8 @@ class CauseSettings(_Section):
     kv_cache_ratio: float = Field(0.9, ge=0, le=1, description="kv_cache_pressure: KV-cache usage at or above this ...")
     preemptions_per_second: float = Field(0.0, ge=0, description="... with preemptions above this rate")
     queue_waiting: float = Field(5.0, ge=0, description="queue_saturation: requests waiting at or above this ...")
+    rank_imbalance_ratio: float = Field(
+        2.0, ge=1, description="rank_imbalance: the busiest data-parallel rank's load at or above this x the mean")
     gpu_busy_ratio: float = Field(0.9, ge=0, le=1, description="... while the target's GPUs are this busy")
     throttle_reasons: list[str] = Field(
         default_factory=lambda: ["sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"],

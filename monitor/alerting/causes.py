@@ -14,8 +14,8 @@ only where the engine shows none; a throughput drop with an empty queue is less 
 slower engine; a quality run the judge failed on explains every quality alert of that run.
 `unknown` says which facts of the layer were checked.
 
-Engine facts still to come (issue #19: prefix-cache hit ratio, speculative-decoding acceptance)
-are new signals in `signals` and new rows here, placed above the hardware rows of `service`.
+Engine facts still to come (a prefix-cache hit ratio against its baseline) are new signals in
+`signals` and new rows here, placed above the hardware rows of `service`.
 """
 
 from __future__ import annotations
@@ -64,6 +64,10 @@ CAUSES: tuple[CauseRule, ...] = (
               "{unrecognized_targets} answers its metrics page, but with no serving engine's metrics on it: "
               "set `engine:` or `metric_prefix:` on the target, or point it at the engine's own page.",
               "a target of the alert answers with a page that matches no engine table"),
+    CauseRule("engine_asleep", "service", (_c("engines_sleeping", ">", 0),),
+              "{engines_sleeping} engine(s) of the target are asleep (vLLM sleep mode): they serve nothing "
+              "until woken (POST /wake_up).",
+              "an engine of the alert's target is in a sleep state (vllm:engine_sleep_state)"),
     CauseRule("engine_errors", "service", (_c("target_up", "==", 1), _c("error_ratio", ">=", "error_ratio")),
               "the engine answers but fails {error_ratio} of its requests itself.",
               "error ratio >= error_ratio (over the alert's window) on a target that answers"),
@@ -71,6 +75,12 @@ CAUSES: tuple[CauseRule, ...] = (
                                                _c("preemptions", ">", "preemptions_per_second")),
               "the KV cache is {kv_cache} full and the engine preempts {preemptions} requests/s to make room.",
               "KV cache >= kv_cache_ratio and preemptions/s > preemptions_per_second"),
+    CauseRule("rank_imbalance", "service", (_c("waiting", ">=", "queue_waiting"),
+                                            _c("rank_imbalance", ">=", "rank_imbalance_ratio")),
+              "{waiting} requests wait while the busiest data-parallel rank holds {rank_imbalance} the mean "
+              "load: one rank is hot, the others have room (the balancing, not capacity).",
+              "waiting >= queue_waiting and the busiest rank's load (running + waiting) >= rank_imbalance_ratio "
+              "x the mean of the ranks"),
     CauseRule("queue_saturation", "service", (_c("waiting", ">=", "queue_waiting"),
                                               _c("gpu_utilization", ">=", "gpu_busy_ratio")),
               "{waiting} requests wait while the GPUs are {gpu_utilization} busy: more load than capacity.",
@@ -179,6 +189,10 @@ def signals(context: Context, settings: CauseSettings) -> Signals:
           max, lambda v: f"{v:.4g}")
     worst("waiting", [t.waiting for t in up_targets if t.waiting is not None], sum, lambda v: f"{v:g}")
     worst("running", [t.running for t in up_targets if t.running is not None], sum, lambda v: f"{v:g}")
+    worst("rank_imbalance", [t.rank_imbalance_ratio for t in up_targets if t.rank_imbalance_ratio is not None],
+          max, lambda v: f"{v:.3g}x")
+    worst("engines_sleeping", [t.engines_sleeping for t in up_targets if t.engines_sleeping is not None],
+          sum, lambda v: f"{v:g}")
     worst("throughput_baseline", [t.throughput_baseline_ratio for t in up_targets
                                   if t.throughput_baseline_ratio is not None], min, _pct)
     _gpu_signals(context, settings, values, texts)

@@ -26,6 +26,7 @@ from monitor.cost.collector import CostView
 from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuState, InfraView
 from monitor.quality.layer import QualityView
 from monitor.service.collector import ServiceView, TargetView
+from monitor.service.render import rank_imbalance
 from monitor.topology import TopologyMap
 
 
@@ -52,6 +53,8 @@ class TargetFacts:
     throughput_baseline_ratio: float | None = None
     request_error_ratio: float | None = None
     requests_per_second: float | None = None
+    rank_imbalance_ratio: float | None = None  # busiest data-parallel rank over the mean load
+    engines_sleeping: float | None = None  # ranks not awake (vLLM sleep mode)
 
 
 @dataclass(frozen=True)
@@ -209,9 +212,12 @@ def _one_model(target: TargetView, model: str | None, window: str | None) -> Tar
         return target.gauges.get(key, {}).get(model) if model is not None else None
 
     stats = target.stats.get((model, window)) if model is not None and window is not None else None
+    states = target.labelled.get("sleep_state", {}).get(model, {}) if model is not None else {}
     return TargetFacts(
         target.name, model, window, up=True,
         running=gauge("running"), waiting=gauge("waiting"), kv_cache_usage_ratio=gauge("kv_cache"),
+        rank_imbalance_ratio=rank_imbalance(target.labelled).get(model) if model is not None else None,
+        engines_sleeping=sum(v for k, v in states.items() if k != "awake") if states else None,
         preemptions_per_second=stats.preemptions_per_second if stats else None,
         throughput_baseline_ratio=stats.throughput_baseline_ratio if stats else None,
         request_error_ratio=stats.error_ratio if stats else None,

@@ -41,6 +41,8 @@ _TARGET_LINES: tuple[tuple[str, str, Callable[[float], str]], ...] = (
     ("throughput_baseline_ratio", "throughput vs. baseline", _pct),
     ("request_error_ratio", "error ratio", _pct),
     ("requests_per_second", "requests/s", _num),
+    ("rank_imbalance_ratio", "busiest rank vs. mean", lambda v: f"{v:.3g}x"),
+    ("engines_sleeping", "engines asleep", _num),
 )
 _GPU_LINES: tuple[tuple[str, str, Callable[[float], str]], ...] = (
     ("utilization_ratio", "utilization", _pct),

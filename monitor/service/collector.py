@@ -50,7 +50,7 @@ from monitor.service.derive import (
 )
 from monitor.service.discovery import DiscoveryError, FileDiscovery
 from monitor.service.engines import EngineSpec, detect, find_engine, is_router
-from monitor.service.extract import Snapshot, extract
+from monitor.service.extract import LoraState, Snapshot, extract
 from monitor.service.recognize import unrecognized_reason
 from monitor.service.series import SeriesStore
 from monitor.service.shard import owned
@@ -105,6 +105,8 @@ class TargetView:
     recognized: bool = True  # False: the page answered but matches no engine table
     detail: str | None = None  # why it is down or unrecognised
     gauges: dict[str, dict[str, float]] = field(default_factory=dict)  # metric -> model -> value
+    labelled: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # ... -> rank/reason -> value
+    lora: LoraState | None = None
     stats: dict[tuple[str, str], WindowStats] = field(default_factory=dict)  # (model, window)
 
 
@@ -398,6 +400,8 @@ class ServiceCollector:
             if not target_view.up or latest is None or derived is None:
                 continue  # a down or stale target's series disappear
             target_view.gauges = latest.gauges
+            target_view.labelled = latest.labelled
+            target_view.lora = latest.lora
             target_view.stats = derived.stats
             for window in self.windows:
                 per_window[window.label].append(derived.rates.get(window.label, {}))

@@ -20,7 +20,10 @@ Our metrics:
     histograms  ttft, tpot, e2e, queue, prefill, decode, inference (base family names; `_bucket`
                 is appended);
                 prompt_len, generation_len (tokens per request: the cost layer's expensive requests)
-    gauges      running, waiting, kv_cache
+    gauges      running, waiting, kv_cache; rank_running, rank_waiting, rank_kv_cache (per data-
+                parallel rank); waiting_by_reason, sleep_state (vLLM); spec_accept_length,
+                spec_accept_rate (SGLang's own, per logging interval)
+    lora_info   the LoRA adapters running and waiting (vLLM)
 """
 
 from __future__ import annotations
@@ -54,8 +57,11 @@ class GaugeSpec:
     # "max" for ratios (the fullest KV cache is the one that preempts). Series that differ
     # only in a per-process label (`pid`) are one engine's value seen by several API-server
     # processes (vLLM 0.11: one holds it, the others 0.0): max'ed first.
-    combine: str = "sum"
+    combine: str = "sum"  # or "max", or "mean" (a rate the engine computed per rank: averaged)
     scale: float = 1.0
+    # A label kept apart (a rank, a waiting reason, a sleep state): one value per model and label
+    # value, the other labels combined as above. The engines' own `engine` / `dp_rank` become `rank`.
+    by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -71,8 +77,12 @@ class EngineSpec:
     # Labels that are not part of a series' identity for our purposes but are kept for
     # rate-per-series (rank, engine index): listed only for documentation.
     notes: str = ""
-    # Our metrics the page has only when a feature is configured (speculative decoding).
+    # Our metrics the page has only when a feature is configured (speculative decoding) or only in
+    # later releases of the generation (vLLM 0.33's waiting reasons).
     optional: frozenset[str] = frozenset()
+    # vLLM's LoRA info gauge: one series per adapter set seen, its value the time it was set; the
+    # newest one's labels name the adapters running and waiting now (no model label).
+    lora_info: str | None = None
     # Upstream's state of this table's engine: "" (current), "legacy" (removed upstream, still
     # read for old deployments), "archived, frozen" (the project stopped; the table is not grown).
     upstream: str = ""
@@ -86,6 +96,8 @@ class EngineSpec:
             names.update(f"{base}_bucket" for base in candidates)
         for gauge in self.gauges.values():
             names.update(gauge.candidates)
+        if self.lora_info:
+            names.add(self.lora_info)
         object.__setattr__(self, "wanted", frozenset(names))
 
     def page_names(self, prefix: str = "") -> dict[str, str]:
@@ -172,6 +184,12 @@ _VLLM_GAUGES_COMMON = {
     "waiting": GaugeSpec(("vllm:num_requests_waiting",)),
 }
 
+# Per data-parallel rank (vLLM's `engine` label): the sum over ranks hides one hot rank.
+_VLLM_RANK_GAUGES = {
+    "rank_running": GaugeSpec(("vllm:num_requests_running",), by="engine"),
+    "rank_waiting": GaugeSpec(("vllm:num_requests_waiting",), by="engine"),
+}
+
 VLLM_V1 = EngineSpec(
     engine="vllm",
     generation="v1",
@@ -199,8 +217,17 @@ VLLM_V1 = EngineSpec(
     gauges={
         **_VLLM_GAUGES_COMMON,
         "kv_cache": GaugeSpec(("vllm:kv_cache_usage_perc",), combine="max"),
+        **_VLLM_RANK_GAUGES,
+        "rank_kv_cache": GaugeSpec(("vllm:kv_cache_usage_perc",), combine="max", by="engine"),
+        # Why requests wait (0.33): "capacity" (no KV blocks free) or "deferred" (the scheduler held
+        # them back: a budget, a LoRA slot, a structured-output grammar still compiling).
+        "waiting_by_reason": GaugeSpec(("vllm:num_requests_waiting_by_reason",), by="reason"),
+        # Sleep mode (--enable-sleep-mode): one series per state, 1.0 on the engine's current one.
+        "sleep_state": GaugeSpec(("vllm:engine_sleep_state",), by="sleep_state"),
     },
-    optional=SPEC_DECODE,
+    # Speculative decoding only when configured; waiting reasons and sleep states from 0.33 on.
+    optional=SPEC_DECODE | {"waiting_by_reason", "sleep_state"},
+    lora_info="vllm:lora_requests_info",
     notes=(
         "vLLM >= 0.9.2 (kv_cache_usage_perc): labels engine + model_name; one API server: _created "
         "samples; --api-server-count > 1: multiprocess layout, and 0.11.0 keeps kv_cache_usage_perc "
@@ -294,7 +321,15 @@ SGLANG = EngineSpec(
         "waiting": GaugeSpec(("sglang:num_queue_reqs",)),
         # Used/total of the fullest KV pool (full, SWA or mamba), 0-1.
         "kv_cache": GaugeSpec(("sglang:token_usage",), combine="max"),
+        "rank_running": GaugeSpec(("sglang:num_running_reqs",), by="dp_rank"),
+        "rank_waiting": GaugeSpec(("sglang:num_queue_reqs",), by="dp_rank"),
+        "rank_kv_cache": GaugeSpec(("sglang:token_usage",), combine="max", by="dp_rank"),
+        # Speculative decoding as the scheduler computes it over its last logging interval (no
+        # counters to rate): mean accepted length per step and accepted / drafted, averaged over ranks.
+        "spec_accept_length": GaugeSpec(("sglang:spec_accept_length",), combine="mean"),
+        "spec_accept_rate": GaugeSpec(("sglang:spec_accept_rate",), combine="mean"),
     },
+    optional=frozenset({"spec_accept_length", "spec_accept_rate"}),  # with speculative decoding only
     notes=(
         "sgl-project/sglang srt/metrics/collector.py (now srt/observability/metrics_collector.py); "
         "always prometheus multiprocess mode. Scheduler labels model_name, engine_type, tp_rank, "

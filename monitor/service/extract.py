@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from monitor.promtext import Labels, Page, go_float
-from monitor.service.engines import HTTP_API_PREFIX, HTTP_LABELS, EngineSpec
+from monitor.service.engines import HTTP_API_PREFIX, HTTP_LABELS, EngineSpec, GaugeSpec
 
 ModelOf = Callable[[Labels], str]
 BucketKey = tuple[Labels, float]
@@ -22,6 +22,15 @@ BucketKey = tuple[Labels, float]
 `le="0.2"` and `le="2e-1"` are two series, each rate()'d on its own, whose rates add up in one
 bucket, as Prometheus' coalesceBuckets does; keying on the number alone would let one overwrite
 the other."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoraState:
+    """The adapters of the newest vllm:lora_requests_info series (its value: when it was set)."""
+
+    running: tuple[str, ...]
+    waiting: tuple[str, ...]
+    max_lora: int | None
 
 
 @dataclass(slots=True)
@@ -33,8 +42,11 @@ class Snapshot:
     buckets: dict[str, dict[str, dict[BucketKey, float]]] = field(default_factory=dict)
     # metric -> model -> value
     gauges: dict[str, dict[str, float]] = field(default_factory=dict)
+    # metric -> model -> the kept label's value (rank, reason, state) -> value
+    labelled: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     # "errors" (5xx) / "all" responses of the OpenAI API handlers -> series -> value
     http: dict[str, dict[Labels, float]] = field(default_factory=dict)
+    lora: LoraState | None = None
     non_finite: int = 0  # samples dropped because they were NaN or ±Inf
 
     def models(self) -> set[str]:
@@ -70,13 +82,64 @@ def extract(page: Page, spec: EngineSpec, ts: float, default_model: str) -> Snap
         base = next((c for c in candidates if f"{c}_bucket" in page.samples), None)
         if base is not None:
             snap.buckets[metric] = _buckets(page.series(f"{base}_bucket"), model_of, snap)
+    dropped.clear()  # a gauge sample two tables read (a total and its per-rank split): one dropped
     for metric, gauge in spec.gauges.items():
         name = next((c for c in gauge.candidates if c in page.samples), None)
-        if name is not None:
-            combined = _combine_gauge(page.series(name), gauge.combine, spec, model_of, snap)
+        if name is None:
+            continue
+        finite = _finite(name, page.series(name), dropped)
+        if gauge.by is None:
+            combined = _combine_gauge(finite, gauge.combine, spec, model_of)
             snap.gauges[metric] = {m: v * gauge.scale for m, v in combined.items()}
+        else:
+            kept = _combine_by(finite, gauge, spec, model_of)
+            if kept:
+                snap.labelled[metric] = kept
+    snap.non_finite += len(dropped)
+    if spec.lora_info is not None:
+        snap.lora = _lora(page.series(spec.lora_info))
     _extract_http(page, snap)
     return snap
+
+
+def _lora(series: dict[Labels, float]) -> LoraState | None:
+    newest = max(((v, labels) for labels, v in series.items() if math.isfinite(v)), default=None)
+    if newest is None:
+        return None
+    values = dict(newest[1])
+
+    def names(label: str) -> tuple[str, ...]:
+        return tuple(sorted(n for n in values.get(label, "").split(",") if n))
+
+    limit = values.get("max_lora", "")
+    return LoraState(names("running_lora_adapters"), names("waiting_lora_adapters"),
+                     int(limit) if limit.isdigit() else None)
+
+
+def _finite(name: str, series: dict[Labels, float], dropped: set[tuple[str, Labels]]) -> dict[Labels, float]:
+    finite = {}
+    for labels, value in series.items():
+        if math.isfinite(value):
+            finite[labels] = value
+        else:
+            dropped.add((name, labels))
+    return finite
+
+
+def _combine_by(series: dict[Labels, float], gauge: GaugeSpec, spec: EngineSpec,
+                model_of: ModelOf) -> dict[str, dict[str, float]]:
+    """Per model and value of `gauge.by`: the other labels combined as `_combine_gauge` does."""
+    assert gauge.by is not None
+    grouped: dict[str, dict[Labels, float]] = {}
+    for labels, value in series.items():
+        kept = next((v for k, v in labels if k == gauge.by), None)
+        if kept is not None:
+            grouped.setdefault(kept, {})[labels] = value
+    out: dict[str, dict[str, float]] = {}
+    for kept, members in grouped.items():
+        for model, value in _combine_gauge(members, gauge.combine, spec, model_of).items():
+            out.setdefault(model, {})[kept] = value * gauge.scale
+    return out
 
 
 def _model_reader(spec: EngineSpec, default_model: str) -> ModelOf:
@@ -118,24 +181,23 @@ def _split_le(labels: Labels) -> BucketKey | None:
     return labels, le
 
 
-def _combine_gauge(
-    series: dict[Labels, float], combine: str, spec: EngineSpec, model_of: ModelOf, snap: Snapshot
-) -> dict[str, float]:
+def _combine_gauge(series: dict[Labels, float], combine: str, spec: EngineSpec, model_of: ModelOf) -> dict[str, float]:
     # One engine's value seen by several API-server processes (`pid`) counts once: the max.
     groups: dict[tuple[str, Labels], float] = {}
     for labels, value in series.items():
-        if not math.isfinite(value):
-            snap.non_finite += 1
-            continue
         key = (model_of(labels), tuple(p for p in labels if p[0] not in spec.process_labels))
         groups[key] = max(value, groups.get(key, -math.inf))
     combined: dict[str, float] = {}
+    counted: dict[str, int] = {}
     for (model, _), value in groups.items():
+        counted[model] = counted.get(model, 0) + 1
         if model in combined:
             previous = combined[model]
-            combined[model] = previous + value if combine == "sum" else max(previous, value)
+            combined[model] = max(previous, value) if combine == "max" else previous + value
         else:
             combined[model] = value
+    if combine == "mean":
+        return {model: value / counted[model] for model, value in combined.items()}
     return combined
 
 

@@ -42,7 +42,16 @@ _RATES = {"requests": "inference_requests_per_second", "prompt_tokens": "inferen
           "generation_tokens": "inference_generation_tokens_per_second",
           "preemptions": "inference_preemptions_per_second", "aborts": "inference_aborted_requests_per_second"}
 _GAUGES = {"running": "inference_requests_running", "waiting": "inference_requests_waiting",
-           "kv_cache": "inference_kv_cache_usage_ratio"}
+           "kv_cache": "inference_kv_cache_usage_ratio",
+           "spec_accept_length": "inference_spec_decode_engine_acceptance_length",
+           "spec_accept_rate": "inference_spec_decode_engine_acceptance_ratio"}
+# Gauges kept per one more label (the engine's own label renamed): engine-table gauge -> (ours, label)
+_LABELLED_GAUGES = {"rank_running": ("inference_rank_requests_running", "rank"),
+                    "rank_waiting": ("inference_rank_requests_waiting", "rank"),
+                    "rank_kv_cache": ("inference_rank_kv_cache_usage_ratio", "rank"),
+                    "waiting_by_reason": ("inference_requests_waiting_by_reason", "reason"),
+                    "sleep_state": ("inference_engine_sleep_state", "state")}
+_PROMQL_COMBINE = {"sum": "sum", "max": "max", "mean": "avg"}
 
 
 @dataclass(frozen=True)
@@ -118,21 +127,26 @@ def _buckets(histogram: str, window: str) -> str:
     return _first_present(alternatives)
 
 
-def _gauge(metric: str) -> str:
+def _gauge(metric: str, keep: str | None = None, exclude: Sequence[str] = ()) -> str:
+    """`keep`: the gauge's own `by` label, renamed to ours (rank, reason, state); `exclude`: values
+    of that label left out (the "awake" engines when counting the sleeping ones)."""
     alternatives = []
+    by = f"{BY_TARGET}, {keep}" if keep else BY_TARGET
     for spec in ENGINES:
         gauge: GaugeSpec | None = spec.gauges.get(metric)
         if gauge is None:
             continue
         for name in gauge.candidates:
             # One engine's value seen by several API-server processes counts once (max over pid).
-            values = _selector(name)
+            values = _selector(name, exclude=[(gauge.by, v) for v in exclude] if gauge.by else ())
             if spec.process_labels:
                 values = f"max without ({', '.join(spec.process_labels)}) ({values})"
+            if keep and gauge.by and gauge.by != keep:
+                values = f'label_replace({values}, "{keep}", "$1", "{gauge.by}", "(.*)")'
             scaled = values if gauge.scale == 1.0 else f"({values}) * {gauge.scale!r}"
-            combined = f"{gauge.combine} by ({BY_TARGET}) ({_with_model(scaled, spec.model_label)})"
+            combined = f"{_PROMQL_COMBINE[gauge.combine]} by ({by}) ({_with_model(scaled, spec.model_label)})"
             alternatives.append((spec.engine, combined))
-    return _first_present(alternatives)
+    return _first_present(alternatives, on=by)
 
 
 def _error_counting_targets() -> str:
@@ -282,6 +296,13 @@ def slo_rules(window: str, objectives: dict[str, float]) -> list[Rule]:
 def gauge_rules() -> list[Rule]:
     rules = [Rule("inference_target_up", 'max by (target) (up{target!=""})')]
     rules += [Rule(name, _gauge(metric)) for metric, name in _GAUGES.items()]
+    rules += [Rule(name, _gauge(metric, keep=label)) for metric, (name, label) in _LABELLED_GAUGES.items()]
+    # A count, so by (target, model) only: the engines in any state but awake.
+    rules.append(Rule("inference_engines_sleeping", _gauge("sleep_state", exclude=("awake",))))
+    load = "([[inference_rank_requests_running]] + [[inference_rank_requests_waiting]])"
+    rules.append(Rule("inference_rank_imbalance_ratio",
+                      f"max by ({BY_TARGET}) {load}\n/ (avg by ({BY_TARGET}) {load} > 0)\n"
+                      f"and on ({BY_TARGET}) (count by ({BY_TARGET}) {load} > 1)"))
     return rules
 
 

@@ -38,6 +38,16 @@ _TARGET_GAUGES = {
     "inference_requests_running": "running",
     "inference_requests_waiting": "waiting",
     "inference_kv_cache_usage_ratio": "kv_cache",
+    "inference_spec_decode_engine_acceptance_length": "spec_accept_length",
+    "inference_spec_decode_engine_acceptance_ratio": "spec_accept_rate",
+}
+# Gauges kept per one more label: our metric -> (engine-table gauge, our label)
+_LABELLED_GAUGES = {
+    "inference_rank_requests_running": ("rank_running", "rank"),
+    "inference_rank_requests_waiting": ("rank_waiting", "rank"),
+    "inference_rank_kv_cache_usage_ratio": ("rank_kv_cache", "rank"),
+    "inference_requests_waiting_by_reason": ("waiting_by_reason", "reason"),
+    "inference_engine_sleep_state": ("sleep_state", "state"),
 }
 
 
@@ -108,3 +118,43 @@ def _target_gauges(view: ServiceView) -> Iterator[Metric]:
             for model, value in sorted(target.gauges.get(key, {}).items()):
                 fam.add_sample(metric, {"target": name, "model": model}, value)
         yield fam
+    for metric, (key, label) in _LABELLED_GAUGES.items():
+        fam = family(metric)
+        for name, target in view.targets.items():
+            for model, values in sorted(target.labelled.get(key, {}).items()):
+                for kept, value in sorted(values.items()):
+                    fam.add_sample(metric, {"target": name, "model": model, label: kept}, value)
+        yield fam
+    imbalance, sleeping = family("inference_rank_imbalance_ratio"), family("inference_engines_sleeping")
+    for name, target in view.targets.items():
+        for model, ratio in sorted(rank_imbalance(target.labelled).items()):
+            imbalance.add_sample(imbalance.name, {"target": name, "model": model}, ratio)
+        for model, states in sorted(target.labelled.get("sleep_state", {}).items()):
+            asleep = sum(v for state, v in states.items() if state != "awake")
+            sleeping.add_sample(sleeping.name, {"target": name, "model": model}, asleep)
+    yield imbalance
+    yield sleeping
+    lora, lora_max = family("inference_lora_adapters"), family("inference_lora_adapters_max")
+    for name, target in view.targets.items():
+        if target.lora is None:
+            continue
+        lora.add_sample(lora.name, {"target": name, "state": "running"}, float(len(target.lora.running)))
+        lora.add_sample(lora.name, {"target": name, "state": "waiting"}, float(len(target.lora.waiting)))
+        if target.lora.max_lora is not None:
+            lora_max.add_sample(lora_max.name, {"target": name}, float(target.lora.max_lora))
+    yield lora
+    yield lora_max
+
+
+def rank_imbalance(labelled: dict[str, dict[str, dict[str, float]]]) -> dict[str, float]:
+    """Per model: max over mean of the ranks' load (running + waiting), with two ranks or more
+    and any load at all (an idle fleet is not imbalanced)."""
+    out: dict[str, float] = {}
+    running, waiting = labelled.get("rank_running", {}), labelled.get("rank_waiting", {})
+    for model in sorted(set(running) | set(waiting)):
+        ranks = set(running.get(model, {})) | set(waiting.get(model, {}))
+        loads = [running.get(model, {}).get(r, 0.0) + waiting.get(model, {}).get(r, 0.0) for r in ranks]
+        mean = sum(loads) / len(loads) if loads else 0.0
+        if len(loads) >= 2 and mean > 0:
+            out[model] = max(loads) / mean
+    return out

@@ -15,6 +15,7 @@ from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuState, InfraView
 from monitor.quality.layer import QualityView
 from monitor.service.collector import ServiceView, TargetView, target_state
 from monitor.service.derive import WindowStats
+from monitor.service.render import rank_imbalance
 from monitor.web.history import HEADLINE, History, mean
 
 if TYPE_CHECKING:
@@ -91,11 +92,40 @@ def service_rows(view: ServiceView, configured: bool) -> dict[str, Any]:
             rows.append({**base, "model": model, **_stats(stats), "baseline": view.baseline(stats),
                          "running": target.gauges.get("running", {}).get(model),
                          "waiting": target.gauges.get("waiting", {}).get(model),
-                         "kv_cache_ratio": target.gauges.get("kv_cache", {}).get(model)})
+                         "kv_cache_ratio": target.gauges.get("kv_cache", {}).get(model),
+                         **engine_facts(target, model)})
     fleet = [{"model": model, **_stats(stats)} for (model, w), stats in sorted(view.fleet.items()) if w == window]
     return {"configured": configured, "window": window, "rows": rows, "fleet": fleet,
             "objectives": {"ttft_seconds": view.objectives.ttft_seconds,
                            "tpot_seconds": view.objectives.tpot_seconds}}
+
+
+def engine_facts(target: TargetView, model: str) -> dict[str, Any]:
+    """What the engine's page says beyond the headline numbers (ranks, why requests wait, sleep,
+    LoRA), structured for the API and as one short line for the page (`facts`)."""
+    labelled = target.labelled
+    ranks = sorted(set(labelled.get("rank_running", {}).get(model, {}))
+                   | set(labelled.get("rank_waiting", {}).get(model, {})))
+    reasons = labelled.get("waiting_by_reason", {}).get(model)
+    states = labelled.get("sleep_state", {}).get(model)
+    asleep = sum(v for k, v in states.items() if k != "awake") if states else None
+    imbalance = rank_imbalance(labelled).get(model)
+    lora = target.lora
+    facts: list[str] = []
+    if len(ranks) > 1:
+        facts.append(f"{len(ranks)} ranks" + (f", busiest {imbalance:.2f}x the mean" if imbalance else ""))
+    if reasons and any(reasons.values()):
+        facts.append("waiting: " + ", ".join(f"{v:g} {k}" for k, v in sorted(reasons.items()) if v))
+    if asleep:
+        facts.append(f"{asleep:g} engine(s) asleep")
+    if lora is not None and (lora.running or lora.waiting):
+        facts.append(f"LoRA {len(lora.running)} running, {len(lora.waiting)} waiting"
+                     + (f" of {lora.max_lora}" if lora.max_lora is not None else ""))
+    return {"ranks": len(ranks) or None, "rank_imbalance_ratio": imbalance, "waiting_by_reason": reasons,
+            "engines_sleeping": asleep,
+            "lora": None if lora is None else {"running": list(lora.running), "waiting": list(lora.waiting),
+                                               "max": lora.max_lora},
+            "facts": " · ".join(facts)}
 
 
 def _target_state(target: TargetView) -> str:

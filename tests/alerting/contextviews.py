@@ -33,6 +33,18 @@ def target(name: str = "vllm-a", up: bool = True, running: float = 4, waiting: f
                              (MODEL, "5m"): WindowStats(**values)})
 
 
+def ranked(view: TargetView, running: dict[str, float] | None = None, waiting: dict[str, float] | None = None,
+           sleep: dict[str, float] | None = None) -> TargetView:
+    """The target with per-rank gauges and sleep states, as a vLLM 0.33 page gives them."""
+    if running is not None:
+        view.labelled["rank_running"] = {MODEL: running}
+    if waiting is not None:
+        view.labelled["rank_waiting"] = {MODEL: waiting}
+    if sleep is not None:
+        view.labelled["sleep_state"] = {MODEL: sleep}
+    return view
+
+
 def gpu(index: str = "0", up: bool = True, util: float = 0.5, mem: float = 0.5, reasons: tuple[str, ...] = (),
         temp: float = 50.0) -> GpuState:
     if not up:
@@ -72,6 +84,8 @@ _TARGET_FACTS = {
     "throughput vs. baseline": ("inference_throughput_baseline_ratio", 100.0, True),
     "error ratio": ("inference_request_error_ratio", 100.0, True),
     "requests/s": ("inference_requests_per_second", 1.0, True),
+    "busiest rank vs. mean": ("inference_rank_imbalance_ratio", 1.0, False),
+    "engines asleep": ("inference_engines_sleeping", 1.0, False),
 }
 _GPU_FACTS = {
     "utilization": ("inference_gpu_utilization_ratio", 100.0),

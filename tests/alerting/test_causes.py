@@ -14,7 +14,7 @@ from monitor.infra.render import render_infra
 from monitor.quality.render import render_quality
 from monitor.service.collector import TargetView
 from monitor.service.render import render_service
-from tests.alerting.contextviews import MODEL, NODE, assert_context_matches, gpu, quality_view, target, views
+from tests.alerting.contextviews import MODEL, NODE, assert_context_matches, gpu, quality_view, ranked, target, views
 
 TTFT = {"alertname": "TTFTP99High", "target": "vllm-a", "model": MODEL, "window": "5m"}
 DEFAULTS = CauseSettings()
@@ -29,8 +29,21 @@ SCENARIOS = {
     "gpu_throttling": views([target(waiting=2)], [gpu(util=0.99, reasons=("gpu_idle", "sw_thermal"))]),
     "queue_saturation": views([target(waiting=12, running=64)], [gpu(util=0.98, reasons=("sw_power_cap",))]),
     "traffic_drop": views([target(throughput_baseline_ratio=0.4, waiting=0)], [gpu(util=0.2)]),
+    # One of two DP ranks holds all 14 requests while 9 wait, on busy GPUs: the rank, not capacity.
+    "rank_imbalance": views([ranked(target(waiting=9, running=5), running={"0": 5, "1": 0}, waiting={"0": 9, "1": 0})],
+                            [gpu(util=0.98, reasons=("sw_power_cap",))]),
+    "engine_asleep": views([ranked(target(waiting=0, running=0, throughput_baseline_ratio=0.0),
+                                   sleep={"awake": 1, "weights_offloaded": 1})], [gpu(util=0.0)]),
     "unknown": views([target()], [gpu()]),
 }
+
+
+def test_balanced_ranks_leave_the_queue_to_capacity() -> None:
+    balanced = views([ranked(target(waiting=12, running=64), running={"0": 32, "1": 32}, waiting={"0": 6, "1": 6})],
+                     [gpu(util=0.98, reasons=("sw_power_cap",))])
+    assert cause_id(probable_cause(build_context(TTFT, balanced), DEFAULTS)) == "queue_saturation"
+    hot = probable_cause(build_context(TTFT, SCENARIOS["rank_imbalance"]), DEFAULTS)
+    assert "busiest data-parallel rank holds 2x the mean" in hot  # 14 of (14 + 0) / 2
 
 
 def cause_id(text: str) -> str:

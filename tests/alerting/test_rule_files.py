@@ -23,7 +23,7 @@ SEMANTICS = FIXTURES / "alerting" / "semantics_test.yml"
 EXPECTED_RULES = {
     "GPUUtilizationLow", "GPUUtilizationSaturated", "GPUTemperatureHigh", "GPUMemoryHigh", "GPUPowerHigh",
     "TTFTP99High", "ErrorRateHigh", "ThroughputDrop", "TTFTObjectiveMissed", "TPOTObjectiveMissed",
-    "TargetEngineUnrecognized",
+    "TargetEngineUnrecognized", "RankImbalance", "LoRAAdaptersWaiting", "SpecDecodeAcceptanceLow",
     "TargetDown", "GPUDown", "CollectorFailing", "NotificationsFailing", "StoreFailing",
     # cost (alerts/cost.yml) and the canary (alerts/canary.yml)
     "CostBudget80", "CostBudgetExceeded", "CostIdleSpendHigh", "CostPerTokenJump", "CostExpensiveRequests",

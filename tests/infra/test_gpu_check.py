@@ -69,7 +69,8 @@ def test_a_gpu_whose_memory_never_fills_fails_the_check(tmp_path: Path) -> None:
     trace = tmp_path / "unfilled.json"
     trace.write_text(json.dumps(data))
 
-    code, report = gpu_check.check(gpu_check.Options(out=tmp_path / "out", replay=trace, speed=25))
+    # 10x, as the recipe: at 25x a busy machine read the export and NVML a tick apart.
+    code, report = gpu_check.check(gpu_check.Options(out=tmp_path / "out", replay=trace, speed=10))
 
     assert code == 1
     assert failed(report) == ["memfill: memory used ratio > 0.9"]

@@ -84,7 +84,7 @@ def test_recording_rules_give_the_monitors_numbers(tmp_path: Path) -> None:
                     compared += 1
                     baselines += rule.record == "inference_throughput_baseline_ratio"
         # Gauges at the last scrape: the values on the last pages.
-        for rule in gauge_rules()[1:]:
+        for rule in gauge_rules()[1:4]:  # the others: tests/integration/test_recording_gauges.py
             result = prom.query(rule.expr, at=times[-1])
             metric = {"inference_requests_running": "running", "inference_requests_waiting": "waiting",
                       "inference_kv_cache_usage_ratio": "kv_cache"}[rule.record]
@@ -130,4 +130,4 @@ def test_shipped_rules_evaluate_in_prometheus() -> None:
     assert gauges
     unhealthy = [(r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r["health"] != "ok"]
     assert not unhealthy, unhealthy
-    assert sum(len(g["rules"]) for g in groups) == 186
+    assert sum(len(g["rules"]) for g in groups) == 195

@@ -21,7 +21,14 @@ def scenario_page() -> str:
     for name, value in (("draft_tokens", 400), ("accepted_tokens", 300), ("drafts", 100)):
         sample = f"llamacpp:spec_decode_num_{name}_total"
         llama = llama.replace(f"{sample} 0\n", f"{sample} {value}\n")
-    scrapes = {"a": 0, "b": 0, "llama": 0}
+    # The pages vLLM 0.33's and SGLang 0.5.23's own code wrote: per-rank numbers, waiting reasons,
+    # sleep states, LoRA adapters, SGLang's own acceptance gauges.
+    real = FIXTURES / "real_engines"
+    pages = {"dp": ((real / "vllm-0.33.0_t60.prom").read_text(), "vllm:",
+                    ("_created", "num_requests", "perc", "info", "sleep_state", "spec_decode_num_accepted_tokens_per")),
+             "sg": ((real / "sglang-0.5.23_t60.prom").read_text(), "sglang:",
+                    ("num_running", "num_queue", "token_usage", "spec_accept", "_created"))}
+    scrapes = {"a": 0, "b": 0, "llama": 0, "dp": 0, "sg": 0}
 
     def handler(request: httpx.Request) -> httpx.Response:
         target = request.url.host
@@ -30,6 +37,9 @@ def scenario_page() -> str:
         if target == "llama":  # llama.cpp's counters only; its gauges stay
             gauges = ("tokens_seconds", "requests_", "slots", "n_tokens_max")
             return httpx.Response(200, text=grow(llama, factor, skip=gauges, prefix="llamacpp:"))
+        if target in pages:
+            text, prefix, skip = pages[target]
+            return httpx.Response(200, text=grow(text, factor, skip=skip, prefix=prefix))
         return httpx.Response(200, text=grow(base, factor))
 
     clock = [1_767_300_000.0]
@@ -38,7 +48,8 @@ def scenario_page() -> str:
         # A baseline the 60 s of scrapes cover for the 30s window (>= 90 %), not for the 1m one.
         "windows": ["30s", "1m"], "baseline_window": "30s",
         "targets": [{"name": "vllm-a", "url": "http://a/metrics"}, {"name": "vllm-b", "url": "http://b/metrics"},
-                    {"name": "llama-edge", "url": "http://llama/metrics", "model": "tiny-llama"}],
+                    {"name": "llama-edge", "url": "http://llama/metrics", "model": "tiny-llama"},
+                    {"name": "vllm-dp", "url": "http://dp/metrics"}, {"name": "sglang-dp", "url": "http://sg/metrics"}],
     }})
 
     async def run() -> str:

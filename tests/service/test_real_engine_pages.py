@@ -219,6 +219,48 @@ def test_vllm_gauges_are_the_fed_values(vllm: dict[str, float]) -> None:
     assert vllm[_key("inference_target_info", {"target": "vllm", "engine": "vllm", "generation": "v1"})] == 1.0
 
 
+def test_vllm_per_rank_numbers_waiting_reasons_sleep_and_lora(vllm: dict[str, float]) -> None:
+    at = {"target": "vllm", "model": VLLM_MODEL}
+    for rank, (running, waiting, kv) in {"0": (12, 4, 0.42), "1": (8, 2, 0.37)}.items():
+        assert vllm[_key("inference_rank_requests_running", {**at, "rank": rank})] == running
+        assert vllm[_key("inference_rank_requests_waiting", {**at, "rank": rank})] == waiting
+        assert vllm[_key("inference_rank_kv_cache_usage_ratio", {**at, "rank": rank})] == kv
+    # Load 16 and 10 requests: the busier rank over the mean of both.
+    assert vllm[_key("inference_rank_imbalance_ratio", at)] == pytest.approx(16 / 13)
+    # Waiting 3 / 2 for capacity, one request deferred on engine 0: the same 6 as the total.
+    assert vllm[_key("inference_requests_waiting_by_reason", {**at, "reason": "capacity"})] == 3 + 2
+    assert vllm[_key("inference_requests_waiting_by_reason", {**at, "reason": "deferred"})] == 1
+    assert vllm[_key("inference_engine_sleep_state", {**at, "state": "awake"})] == 2  # both engines
+    assert vllm[_key("inference_engine_sleep_state", {**at, "state": "weights_offloaded"})] == 0
+    assert vllm[_key("inference_engines_sleeping", at)] == 0
+    # One adapter `sql-lora` running, none waiting, --max-loras 4: from the newest info series.
+    assert vllm[_key("inference_lora_adapters", {"target": "vllm", "state": "running"})] == 1
+    assert vllm[_key("inference_lora_adapters", {"target": "vllm", "state": "waiting"})] == 0
+    assert vllm[_key("inference_lora_adapters_max", {"target": "vllm"})] == 4
+
+
+def test_vllm_sleeping_engines_and_the_newest_lora_series_count() -> None:
+    """One engine put to sleep (level 1: weights offloaded), and a newer LoRA info series with an
+    adapter waiting: the newest series is the state now, the older ones history."""
+    text = page("vllm-0.33.0_t60.prom")
+    asleep = text.replace('engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct",sleep_state="awake"} 1.0',
+                          'engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct",sleep_state="awake"} 0.0')
+    asleep = asleep.replace(
+        'engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct",sleep_state="weights_offloaded"} 0.0',
+        'engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct",sleep_state="weights_offloaded"} 1.0')
+    ((_, stamp),) = samples_of(text)["vllm:lora_requests_info"]
+    newer = (f'vllm:lora_requests_info{{max_lora="4",running_lora_adapters="sql-lora,chat-lora",'
+             f'waiting_lora_adapters="code-lora"}} {stamp + 5}\n')
+    asleep = asleep.replace("# TYPE vllm:lora_requests_info gauge\n", "# TYPE vllm:lora_requests_info gauge\n" + newer)
+    assert asleep.count("vllm:lora_requests_info{") == 2
+    exported = scrape_texts(text, asleep, 15.0, VLLM_TARGET)
+    at = {"target": "vllm", "model": VLLM_MODEL}
+    assert exported[_key("inference_engines_sleeping", at)] == 1
+    assert exported[_key("inference_engine_sleep_state", {**at, "state": "weights_offloaded"})] == 1
+    assert exported[_key("inference_lora_adapters", {"target": "vllm", "state": "running"})] == 2
+    assert exported[_key("inference_lora_adapters", {"target": "vllm", "state": "waiting"})] == 1
+
+
 # Fed values each histogram cycled over, and the metric that exports its quantiles.
 VLLM_HISTOGRAMS = {
     "inference_ttft_seconds": ("vllm:time_to_first_token_seconds",
@@ -387,6 +429,19 @@ def test_sglang_gauges_are_the_fed_values(sglang: dict[str, float]) -> None:
     assert sglang[_key("inference_requests_running", at)] == 12 + 8
     assert sglang[_key("inference_requests_waiting", at)] == 3 + 2
     assert sglang[_key("inference_kv_cache_usage_ratio", at)] == 0.42
+
+
+def test_sglang_per_rank_numbers_and_its_own_acceptance(sglang: dict[str, float]) -> None:
+    at = {"target": "sglang", "model": SGLANG_MODEL}
+    for rank, (running, waiting, kv) in {"0": (12, 3, 0.42), "1": (8, 2, 0.37)}.items():
+        assert sglang[_key("inference_rank_requests_running", {**at, "rank": rank})] == running
+        assert sglang[_key("inference_rank_requests_waiting", {**at, "rank": rank})] == waiting
+        assert sglang[_key("inference_rank_kv_cache_usage_ratio", {**at, "rank": rank})] == kv
+    assert sglang[_key("inference_rank_imbalance_ratio", at)] == pytest.approx(15 / 12.5)
+    # SGLang's own per-interval gauges, the same on both ranks: their mean.
+    assert sglang[_key("inference_spec_decode_engine_acceptance_length", at)] == pytest.approx(2.8)
+    assert sglang[_key("inference_spec_decode_engine_acceptance_ratio", at)] == pytest.approx(0.6)
+    assert not any(k.startswith(("inference_lora_adapters", "inference_engines_sleeping")) for k in sglang)
 
 
 SGLANG_HISTOGRAMS = {

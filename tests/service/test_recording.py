@@ -43,7 +43,7 @@ def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
     promtool = require_binary("promtool")
     result = subprocess.run([promtool, "check", "rules", str(SHIPPED)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 186 rules found" in result.stdout
+    assert "SUCCESS: 195 rules found" in result.stdout
 
 
 def test_every_name_of_every_engine_is_read_in_both_spellings() -> None:
@@ -73,4 +73,9 @@ def test_every_window_has_the_service_series_per_target_and_fleet() -> None:
         assert (name, False) in exported and (name, True) in exported, name
     gauges = {r["record"] for r in groups[1]["rules"]}
     assert gauges == {"inference_target_up", "inference_requests_running", "inference_requests_waiting",
-                      "inference_kv_cache_usage_ratio"}
+                      "inference_kv_cache_usage_ratio", "inference_rank_requests_running",
+                      "inference_rank_requests_waiting", "inference_rank_kv_cache_usage_ratio",
+                      "inference_rank_imbalance_ratio", "inference_requests_waiting_by_reason",
+                      "inference_engine_sleep_state", "inference_engines_sleeping",
+                      "inference_spec_decode_engine_acceptance_length",
+                      "inference_spec_decode_engine_acceptance_ratio"}

@@ -11,10 +11,11 @@ import httpx
 from monitor.config import load_settings
 from monitor.quality.layer import ModelResult, QualityView
 from monitor.runtime import Monitor
-from monitor.web.overview import quality_rows
+from monitor.web.overview import quality_rows, service_rows
 from monitor.web.page import environment, gib, ms, num, pct, render_page, usd
 from tests.appserver import serve_app
 from tests.pageserver import status_page
+from tests.service.test_real_engine_pages import page as real_page
 from tests.web.scenario import cell, row, rules_file, settings_for, two_targets
 
 
@@ -138,3 +139,28 @@ def test_quality_rows_take_the_last_run_per_model_and_link_its_report() -> None:
     (q,) = rows["rows"]
     assert q["histogram"] == [5, 0, 20, 0, 75] and q["report"] == "/reports/quality/2026-11-30"
     assert q["score_mean"] == 3.2 and q["psi"] == 0.31 and q["length_change_ratio"] == -0.4
+
+
+def test_a_vllm_033_row_says_its_ranks_waiting_reasons_sleep_and_lora() -> None:
+    """The page vLLM 0.33's own code wrote, one engine put to sleep: the row and the API say what
+    the target's sums hide."""
+    text = real_page("vllm-0.33.0_t60.prom").replace(
+        'engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct",sleep_state="awake"} 1.0',
+        'engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct",sleep_state="awake"} 0.0').replace(
+        'engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct",sleep_state="discard_all"} 0.0',
+        'engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct",sleep_state="discard_all"} 1.0')
+    settings = load_settings(None, {"infra": {"nvml": {"enabled": "false"}}, "alerting": {"enabled": False},
+                                    "service": {"windows": ["30s"], "targets": [{"name": "dp", "url": "http://dp/m"}]}})
+    client = httpx.AsyncClient(transport=httpx.MockTransport(lambda _: httpx.Response(200, text=text)))
+    monitor = Monitor(settings, client=client)
+    collected(monitor, cycles=2)
+    html = page_of(monitor)
+    (api_row,) = service_rows(monitor.service.view, True)["rows"]
+    asyncio.run(monitor.aclose())
+    assert api_row["ranks"] == 2 and api_row["rank_imbalance_ratio"] == 16 / 13
+    assert api_row["waiting_by_reason"] == {"capacity": 5.0, "deferred": 1.0}
+    assert api_row["engines_sleeping"] == 1
+    assert api_row["lora"] == {"running": ["sql-lora"], "waiting": [], "max": 4}
+    assert cell(row(html, "target", "dp"), "facts") == (
+        "2 ranks, busiest 1.23x the mean · waiting: 5 capacity, 1 deferred · 1 engine(s) asleep · "
+        "LoRA 1 running, 0 waiting of 4")
