@@ -6,6 +6,7 @@ process's schedule, `infermon quality run` in another process, another replica) 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -72,6 +73,9 @@ class QualityLayer:
         self.last_report: RunReport | None = None
         # Set by the monitor: its store thread (StoreWorker.call), so reads never wait on the loop.
         self.io: Callable[..., Awaitable[Any]] | None = None
+        # One run at a time: the daily job and a forced re-run of the same day (the API, a test)
+        # would judge every sample twice at once and delete the judgments the other still updates.
+        self._one_run = asyncio.Lock()
 
     async def _store(self, fn: Callable[..., Any], *args: Any) -> Any:
         return fn(*args) if self.io is None else await self.io(fn, *args)
@@ -83,11 +87,12 @@ class QualityLayer:
         """One run (default: the previous day in the configured zone), then a fresh view."""
         day = day or previous_day(self.wall(), self.settings.timezone)
         report = None
-        with self.health.run("quality_run"):
-            report = await self.runner().run(day, force=force)
-            self.last_report = report
-            outcomes = ", ".join(f"{o.model} {o.status}" for o in report.outcomes)
-            log.info("quality run %s: %s", day, outcomes or "nothing to judge")
+        async with self._one_run:
+            with self.health.run("quality_run"):
+                report = await self.runner().run(day, force=force)
+                self.last_report = report
+                outcomes = ", ".join(f"{o.model} {o.status}" for o in report.outcomes)
+                log.info("quality run %s: %s", day, outcomes or "nothing to judge")
         await self.refresh()
         return report
 

@@ -175,3 +175,30 @@ def test_the_scheduled_job_runs_the_previous_day_in_the_serving_process(tmp_path
             assert 'inference_monitor_collector_success{collector="quality_run",target=""} 1.0' in text
             assert client.get(f"/api/v1/quality/runs/{yesterday}").json()["models"]["qwen3-8b"]["status"] == "done"
     assert script.calls == 6
+
+
+def test_two_runs_of_one_day_at_once_run_one_after_the_other(tmp_path: Path) -> None:
+    """The daily job and an operator's forced re-run of the same day at once: the second waits for
+    the first. Overlapping, the forced run deleted the judgments the first was still updating
+    (StaleDataError, the run job counted as failing)."""
+    script = JudgeScript(delay_s=0.02)
+    with judge_server(script) as judge_url:
+        monitor = Monitor(settings_for(tmp_path, judge_url))
+        monitor.quality.store.add_samples(make_samples(20))
+
+        async def both() -> list[object]:
+            try:
+                return await asyncio.gather(monitor.quality.run(DAY), monitor.quality.run(DAY, force=True),
+                                            return_exceptions=True)
+            finally:
+                await monitor.aclose()
+
+        reports = asyncio.run(both())
+    assert not [r for r in reports if isinstance(r, BaseException) or r is None], reports  # None: the run failed
+    assert monitor.health.entries[("quality_run", "")].success, monitor.health.entries[("quality_run", "")].error
+    statuses = [[o.status for o in r.outcomes] for r in reports]  # type: ignore[union-attr]
+    assert statuses == [["judged"], ["judged"]], statuses
+    # Both judged all 20, the forced one after the first: the first 20 calls are 20 different samples.
+    assert script.calls == 40
+    first = [b["messages"][-1]["content"] for b in script.bodies[:20]]
+    assert len(set(first)) == 20

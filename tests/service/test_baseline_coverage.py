@@ -48,8 +48,19 @@ async def constant_load(url: str, stop: asyncio.Event, rps: float = 50.0) -> Non
         payload = {"model": MODEL, "prompt": "word " * 8, "max_tokens": 16}
         loop = asyncio.get_running_loop()
         started, sent = loop.time(), 0
+        async def one() -> None:
+            # A keep-alive connection the server closes as the request goes out is a ReadError
+            # before anything was processed (seen on a busy machine): sent again, as clients do.
+            for attempt in range(3):
+                try:
+                    await client.post("/v1/completions", json=payload)
+                    return
+                except (httpx.ReadError, httpx.RemoteProtocolError):
+                    if attempt == 2:
+                        raise
+
         while not stop.is_set():
-            group.create_task(client.post("/v1/completions", json=payload))
+            group.create_task(one())
             sent += 1
             await asyncio.sleep(max(0.0, started + sent / rps - loop.time()))
 

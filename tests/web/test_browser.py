@@ -121,7 +121,7 @@ def test_every_layer_in_the_browser_matches_status_and_metrics(demo: Demo, tmp_p
     assert overflow <= 0, "the page is wider than a phone's screen"
     assert (shots / "overview.png").stat().st_size > 10_000
     assert html.count("<polyline") == 4 and "no data yet" not in html
-    # The numbers of one of the two snapshots around the page load (a collection may fall between).
+    # The numbers of the two snapshots around the page load (a collection may fall between).
     sim = row(html, "target", "vllm-sim")
     gpu = row(html, "gpu", "demo-h200/0")
     expected = []
@@ -143,7 +143,12 @@ def test_every_layer_in_the_browser_matches_status_and_metrics(demo: Demo, tmp_p
              "mem": cell(gpu, "mem").split(" / ")[0], "score": cell(row(html, "quality", q["model"]), "score"),
              "usd_per_hour": re.search(r'data-k="usd_per_hour">spend<b>([^<]*)</b>', html).group(1),  # type: ignore[union-attr]
              "up": 1.0 if sim.startswith('<tr class="up"') else 0.0}
-    assert shown in expected, (shown, expected)
+    # Per layer: each layer collects on its own schedule, so the page may hold the service numbers
+    # of the later snapshot and the GPU's of the earlier one (seen on a busy machine).
+    for keys in (("rps", "ttft_p99", "tpot_p50", "errors", "up"), ("util", "temp", "mem"), ("score",),
+                 ("usd_per_hour",)):
+        part = {k: shown[k] for k in keys}
+        assert part in [{k: e[k] for k in keys} for e in expected], (part, expected)
     for layer in ("service", "infra", "quality", "cost"):
         assert f'data-layer="{layer}" data-state="not configured"' not in html
 
