@@ -120,6 +120,7 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef("inference_canary_ttft_gap_seconds", "gauge", (*_CANARY, "target"), "Client TTFT of the last probe minus the engine's own P50 TTFT for the probe's target over the gap window: what the path in front of the engine adds.", "canary"),
         # cost: spend rates per fleet {}, {target} and {model} (the last two where service.targets say which GPUs serve them)
         MetricDef("inference_cost_price_known", "gauge", _GPU, "1 if the GPU has a price (cost.gpu_prices, cost.node_prices, the defaults); 0: its spend is not counted.", "cost"),
+        MetricDef("inference_gpu_serving_asleep", "gauge", ("node", "gpu"), "1 when every engine of every target this GPU serves is asleep (vLLM sleep mode): idle by design, no GPUUtilizationLow; 0 otherwise. GPUs serving no target have none.", "cost"),
         MetricDef("inference_cost_gpu_price_usd_per_hour", "gauge", (*_GPU, "model"), "The price that applies to the GPU, per hour, in USD.", "cost"),
         MetricDef("inference_cost_usd_per_hour", "gauge", ("target", "model"), "Spend rate of the priced GPUs: fleet-wide (no labels), per target and per model of the mapped targets.", "cost"),
         MetricDef("inference_cost_idle_usd_per_hour", "gauge", (), "Spend on idle GPU time: sum of price x (1 - utilization) over the GPUs with a reading.", "cost"),

@@ -20,7 +20,7 @@ from monitor.cost.inventory import InventoryGpu, Pods, build_inventory
 from monitor.cost.prices import PriceBook
 from monitor.health import HealthBook
 from monitor.infra.collector import InfraCollector
-from monitor.service.collector import ServiceCollector
+from monitor.service.collector import ServiceCollector, ServiceView
 from monitor.store.baseline import SpendPoints
 from monitor.store.cost import CostLedger, Running
 from monitor.store.session import Store
@@ -42,12 +42,27 @@ class CostView:
     today: dict[str, float] = field(default_factory=dict)  # "fleet" / "idle" -> USD today
     budget_usd: float | None = None
     unmapped: list[str] = field(default_factory=list)  # service targets without GPUs: no spend or $/token of their own
+    # GPUs serving targets -> 1.0 when every engine of every target they serve is asleep (vLLM sleep
+    # mode), else 0.0: a sleeping engine's GPU is idle by design (no GPUUtilizationLow for it).
+    serving_asleep: dict[GpuKey, float] = field(default_factory=dict)
 
     @property
     def budget_used_ratio(self) -> float | None:
         if self.budget_usd is None:
             return None
         return self.today.get(FLEET, 0.0) / self.budget_usd
+
+
+def serving_asleep(topology: TopologyMap, service: ServiceView) -> dict[GpuKey, float]:
+    """Per GPU that serves a target: 1.0 when all it serves is asleep. A target is asleep when its
+    page has sleep states and no engine of any model is awake; one without them never is."""
+    asleep: dict[str, bool] = {}
+    for name, target in service.targets.items():
+        states = target.labelled.get("sleep_state", {})
+        awake = sum(v for per_model in states.values() for k, v in per_model.items() if k == "awake")
+        asleep[name] = target.up and bool(states) and awake == 0
+    return {gpu: 1.0 if targets and all(asleep.get(t, False) for t in targets) else 0.0
+            for gpu, targets in topology.by_gpu.items() if targets}
 
 
 class CostCollector:
@@ -122,6 +137,7 @@ class CostCollector:
             day=day, today=today,
             budget_usd=self.settings.daily_budget_usd,
             unmapped=topology.unmapped(t.name for t in self.topology.all_targets),
+            serving_asleep=serving_asleep(topology, self.service.view),
         )
 
     def _warn_unpriced(self, numbers: CostNumbers) -> None:

@@ -29,6 +29,10 @@ def render_cost(view: CostView) -> Iterator[Metric]:
             price.add_sample(price.name, {**labels, "model": cost.gpu.model}, cost.usd_per_hour)
     yield known
     yield price
+    asleep = family("inference_gpu_serving_asleep")
+    for (node, gpu), value in sorted(view.serving_asleep.items()):
+        asleep.add_sample(asleep.name, {"node": node, "gpu": gpu}, value)
+    yield asleep
     rate = _gauge("inference_cost_usd_per_hour", numbers.usd_per_hour)
     for target, usd in sorted(numbers.by_target.items()):
         rate.add_sample(rate.name, {"target": target}, usd)
