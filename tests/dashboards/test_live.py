@@ -41,6 +41,17 @@ NO_DATA = {
         "the simulated vLLM runs without speculative decoding; tests/service/test_real_engine_pages.py",
     ("service.json", "Speculative decoding: tokens per target step"):
         "the simulated vLLM runs without speculative decoding; tests/service/test_real_engine_pages.py",
+    ("service.json", "Busiest rank over the mean load"):
+        "the simulated vLLM is one data-parallel rank (an imbalance needs two); vLLM 0.33's and SGLang's "
+        "two-rank pages: tests/service/test_real_engine_pages.py, tests/integration/test_recording_gauges.py",
+    ("service.json", "LoRA adapters running / waiting"):
+        "the simulated vLLM serves no LoRA adapter; lora_requests_info: tests/service/test_real_engine_pages.py",
+    ("service.json", "LoRA adapter slots (--max-loras)"):
+        "the simulated vLLM serves no LoRA adapter; lora_requests_info: tests/service/test_real_engine_pages.py",
+    ("service.json", "Speculative decoding as the engine reports it (SGLang)"):
+        "the demo's engines are vLLM; SGLang's own acceptance gauges: tests/service/test_real_engine_pages.py",
+    ("service.json", "Accepted length as the engine reports it (SGLang)"):
+        "the demo's engines are vLLM; SGLang's own acceptance gauges: tests/service/test_real_engine_pages.py",
     ("cost.json", "$/token against its baseline"):
         "needs a full trailing baseline window (service.baseline_window, 10 min in the demo) before the window",
     ("service.json", "Throughput against its baseline"):
