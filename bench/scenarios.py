@@ -48,7 +48,9 @@ SCRAPE_S = 5.0  # monitor seconds between collection cycles: the demo's scrape i
 # A demo slot's fault; give up on the alert after FAULT_MAX_S. A queue builds in the simulator's real
 # time (slow requests must finish before queued ones start), so at speed 30 it needs ~15 real s.
 FAULT_MIN_S, FAULT_MAX_S = 90.0, 720.0
-CLEAR_MAX_S = 480.0  # keep_firing_for 5m holds the non-cycle alerts that long after the fault
+# keep_firing_for 5m holds the non-cycle alerts that long after the fault; an allowed alert whose
+# `for` (10 min) ran out just as a slow fault cleared fires then and is held 5 min more (seen in CI)
+CLEAR_MAX_S = 900.0
 BASELINE_WINDOW = "5m"  # the throughput baseline (the demo's is 10m): the healthy stretch covers it
 JUDGE_SAMPLES = 40
 
@@ -73,8 +75,10 @@ SLOWER = frozenset({"ThroughputDrop"})
 
 # One row per fault; the GPU holds are the demo's slots (monitor.sim.faults.demo_schedule).
 SCENARIOS: tuple[Scenario, ...] = (
-    Scenario("error_burst", "5 % of requests fail with HTTP 500",
-             (("error_burst", 0.05), ("gpu_hold", GPU_IDLE)), "ErrorRateHigh", "engine_errors"),
+    # 25 %, not the demo's 5 %: at 45x a 1-min window holds ~8 requests, and at 5 % the alert fired in
+    # some runs, resolved within the fault in others (the measured table in the README is at 25 %).
+    Scenario("error_burst", "25 % of requests fail with HTTP 500",
+             (("error_burst", 0.25), ("gpu_hold", GPU_IDLE)), "ErrorRateHigh", "engine_errors"),
     # The demo's 0.4 % fills under its fuller load (long-prompt bursts, the quality feed); 0.1 % here.
     Scenario("kv_pressure", "KV cache cut to 0.1 %: preemptions, slow first tokens",
              (("kv_pressure", 0.001), ("gpu_hold", GPU_IDLE)), "TTFTP99High", "kv_cache_pressure",
