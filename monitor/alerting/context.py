@@ -26,7 +26,7 @@ from monitor.cost.collector import CostView
 from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuState, InfraView
 from monitor.quality.layer import QualityView
 from monitor.service.collector import ServiceView, TargetView
-from monitor.service.render import rank_imbalance
+from monitor.service.derive import rank_imbalance
 from monitor.topology import TopologyMap
 
 

@@ -189,6 +189,20 @@ def stats_from_rates(rates: Rates, objectives: Objectives) -> WindowStats:
     return stats
 
 
+def rank_imbalance(labelled: dict[str, dict[str, dict[str, float]]]) -> dict[str, float]:
+    """Per model: max over mean of the ranks' load (running + waiting), with two ranks or more
+    and any load at all (an idle fleet is not imbalanced)."""
+    out: dict[str, float] = {}
+    running, waiting = labelled.get("rank_running", {}), labelled.get("rank_waiting", {})
+    for model in sorted(set(running) | set(waiting)):
+        ranks = set(running.get(model, {})) | set(waiting.get(model, {}))
+        loads = [running.get(model, {}).get(r, 0.0) + waiting.get(model, {}).get(r, 0.0) for r in ranks]
+        mean = sum(loads) / len(loads) if loads else 0.0
+        if len(loads) >= 2 and mean > 0:
+            out[model] = max(loads) / mean
+    return out
+
+
 def fleet_rates(per_target: Iterable[dict[str, Rates]]) -> dict[str, Rates]:
     """Sum per-target rates by model; buckets only on the bounds that every target has."""
     fleet: dict[str, Rates] = {}

@@ -8,7 +8,7 @@ from prometheus_client.core import Metric
 
 from monitor.catalog import family
 from monitor.service.collector import ServiceView
-from monitor.service.derive import WindowStats
+from monitor.service.derive import WindowStats, rank_imbalance
 
 # Our metric -> WindowStats attribute, for the plain per-window gauges.
 _WINDOW_GAUGES = {
@@ -144,17 +144,3 @@ def _target_gauges(view: ServiceView) -> Iterator[Metric]:
             lora_max.add_sample(lora_max.name, {"target": name}, float(target.lora.max_lora))
     yield lora
     yield lora_max
-
-
-def rank_imbalance(labelled: dict[str, dict[str, dict[str, float]]]) -> dict[str, float]:
-    """Per model: max over mean of the ranks' load (running + waiting), with two ranks or more
-    and any load at all (an idle fleet is not imbalanced)."""
-    out: dict[str, float] = {}
-    running, waiting = labelled.get("rank_running", {}), labelled.get("rank_waiting", {})
-    for model in sorted(set(running) | set(waiting)):
-        ranks = set(running.get(model, {})) | set(waiting.get(model, {}))
-        loads = [running.get(model, {}).get(r, 0.0) + waiting.get(model, {}).get(r, 0.0) for r in ranks]
-        mean = sum(loads) / len(loads) if loads else 0.0
-        if len(loads) >= 2 and mean > 0:
-            out[model] = max(loads) / mean
-    return out

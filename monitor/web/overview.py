@@ -14,8 +14,7 @@ from monitor.health import HealthBook
 from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuState, InfraView
 from monitor.quality.layer import QualityView
 from monitor.service.collector import ServiceView, TargetView, target_state
-from monitor.service.derive import WindowStats
-from monitor.service.render import rank_imbalance
+from monitor.service.derive import WindowStats, rank_imbalance
 from monitor.web.history import HEADLINE, History, mean
 
 if TYPE_CHECKING:
