@@ -384,7 +384,7 @@ class Monitor:
         return all(p.last_at is not None for p in probes) or self.wall() - self.started >= waited
 
     async def flush_baselines(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self.service.flush_baselines)
+        await self.store_io.call(self.service.flush_baselines)  # inline on an in-memory store's one connection
 
     async def prune(self) -> None:
         await self.store_io.call(self.store.prune, self.wall() - self.settings.storage.retention.seconds)

@@ -161,16 +161,28 @@ class QualityRunner:
             async with limit:
                 verdict = await judge.judge(JudgeInput(row.prompt, row.response, row.context, row.reference))
             # Committed at once (that is what makes a killed run resumable), off the loop: an fsync
-            # per verdict would otherwise hold back the next judge call.
-            await loop.run_in_executor(writer, self.store.save_verdict, row.id, verdict, self.wall())
+            # per verdict would otherwise hold back the next judge call. An in-memory store (no
+            # fsync) is one connection the loop uses too: written here, on the loop's thread.
+            if self.store.one_connection:
+                self.store.save_verdict(row.id, verdict, self.wall())
+            else:
+                await loop.run_in_executor(writer, self.store.save_verdict, row.id, verdict, self.wall())
             if verdict.error:
                 log.info("quality %s: judge error on %s: %s", model, row.sample_key, verdict.error)
             done += 1
             if progress:
                 progress(model, done, len(pending))
 
+        tasks = [asyncio.ensure_future(one(row)) for row in pending]
         try:
-            await asyncio.gather(*(one(row) for row in pending))
+            await asyncio.gather(*tasks)
+        except BaseException:
+            # One failed (a save the store refused): the others end with it, not behind the run's back
+            # on a judge client the run is about to close.
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
         finally:
             writer.shutdown(wait=False)  # a save still queued runs to its end on that thread
 

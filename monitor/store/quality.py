@@ -16,6 +16,7 @@ from sqlalchemy import Boolean, Float, ForeignKey, Integer, String, Text, Unique
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column
+from sqlalchemy.pool import StaticPool
 
 from monitor.quality.sample import Sample
 from monitor.store.models import Base
@@ -100,6 +101,9 @@ class Verdict:
 class QualityStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        # An in-memory SQLite database is one connection (StaticPool) that threads cannot share:
+        # writes from a thread of their own would interleave with the loop's on that connection.
+        self.one_connection = isinstance(engine.pool, StaticPool)
 
     # -- the request log ------------------------------------------------------------------
     def add_samples(self, samples: Iterable[Sample]) -> int:

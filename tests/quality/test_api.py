@@ -202,3 +202,41 @@ def test_two_runs_of_one_day_at_once_run_one_after_the_other(tmp_path: Path) -> 
     assert script.calls == 40
     first = [b["messages"][-1]["content"] for b in script.bodies[:20]]
     assert len(set(first)) == 20
+
+
+def test_a_run_on_an_in_memory_store_beside_the_collection_cycles(tmp_path: Path) -> None:
+    """`sqlite://` is one connection (StaticPool) that every thread shares. The run's verdict
+    writer thread used it while the loop read the same connection for the collection cycles: the
+    commits interleaved (StaleDataError on quality_judgments, "cannot commit transaction - SQL
+    statements in progress", two SpendPoints flushed with one id) and the run failed."""
+    script = JudgeScript(delay_s=0.005)
+    with judge_server(script) as judge_url:
+        settings = settings_for(tmp_path, judge_url)
+        memory = settings.storage.model_copy(update={"url": "sqlite://"})
+        monitor = Monitor(settings.model_copy(update={"storage": memory}))
+        assert monitor.store.memory
+        monitor.quality.store.add_samples(make_samples(40))
+        reads = 0
+
+        async def beside() -> None:
+            nonlocal reads
+            run = asyncio.create_task(monitor.quality.run(DAY))
+            try:
+                while not run.done():  # what the cycles do on the loop thread meanwhile
+                    await monitor.quality.refresh()
+                    monitor.quality.store.progress(1)
+                    reads += 1
+                    await asyncio.sleep(0)
+                await run
+            finally:
+                await monitor.aclose()
+
+        asyncio.run(beside())
+    assert reads > 10
+    entry = monitor.health.entries[("quality_run", "")]
+    assert entry.success, entry.error
+    report = monitor.quality.last_report
+    assert report is not None and [o.status for o in report.outcomes] == ["judged"]
+    judged, sampled = monitor.quality.store.progress(1)
+    assert judged == sampled == settings.quality.sample_size, (judged, sampled)
+    assert report.outcomes[0].failed is None, report.outcomes[0].failed

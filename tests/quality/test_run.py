@@ -126,3 +126,42 @@ def test_a_broken_source_does_not_empty_the_others(tmp_path: Path) -> None:
         store.close()
     assert report.source_errors == {"broken": "OSError: disk gone"}
     assert report.outcomes[0].sampled == 3
+
+
+def test_a_save_the_store_refuses_ends_the_run_and_its_other_judge_calls(tmp_path: Path) -> None:
+    """A verdict the store cannot save fails the run (resumable: the rest stays pending), and the
+    other calls end with it: left running, they kept calling the judge on a client the run had
+    closed, and saved into runs a forced re-run had already deleted."""
+    script = JudgeScript(delay_s=0.05)
+    with judge_server(script) as url:
+        settings = quality_settings(tmp_path, url, judge={"base_url": url, "concurrency": 4})
+        seed(settings, make_samples(20))
+        store = Store(settings.storage.url)
+        quality = QualityStore(store.engine)
+        saved = 0
+
+        def refusing(judgment_id: int, *args: object) -> None:
+            nonlocal saved
+            if saved == 3:
+                raise OSError("disk full")
+            saved += 1
+            QualityStore.save_verdict(quality, judgment_id, *args)  # type: ignore[arg-type]
+
+        quality.save_verdict = refusing  # type: ignore[method-assign]
+        runner = QualityRunner(settings.quality, quality, [RequestLogSource(quality)])
+
+        async def run_then_wait() -> int:
+            try:
+                await runner.run(DAY)
+            except OSError:
+                pass  # expected: the run says the store refused
+            else:
+                raise AssertionError("the run did not fail")
+            left = asyncio.all_tasks() - {asyncio.current_task()}
+            assert left == set(), left  # judge calls still running behind the failed run
+            return script.calls
+
+        calls = asyncio.run(run_then_wait())
+        judged, sampled = quality.progress(quality.runs_on(DAY)[0].id)
+        store.close()
+    assert calls < 20 and (judged, sampled) == (3, 20)
