@@ -68,6 +68,8 @@ class Scenario:
     # `unknown` is an honest answer here, a wrong cause never is: when TTFTP99High fires, the
     # simulator has often preempted its way back under the 90 % KV-cache fact (kv_pressure).
     unknown_ok: bool = False
+    baseline_window: str = BASELINE_WINDOW  # the service baselines' trailing window
+    fault_max_s: float | None = None  # a longer wait for the alert than the run's (a slow `for`)
 
 
 # A slower engine also generates fewer tokens: ThroughputDrop is a true alert of these faults.
@@ -98,6 +100,12 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("throughput_drop", "a fifth of the traffic (the baseline covered first)",
              (("traffic_dip", 0.2), ("gpu_hold", GPU_IDLE)), "ThroughputDrop", "traffic_drop",
              healthy_s=360.0),  # 6 min: the 5-min baseline window covered (#17.2 wants >= 90 % of it)
+    # A new system prompt: the cache finds a fifth of what it found. Its alert compares the 5-min hit
+    # ratio with an hour's baseline (covered first) for 15 minutes; the longer prefills stay far from
+    # the TTFT threshold at the demo's prompt lengths.
+    Scenario("prefix_cache_loss", "the prefix cache keeps a fifth of its hits (whole blocks: none of short prompts)",
+             (("prefix_cache_loss", 0.2),), "PrefixCacheHitRatioDrop", "prefix_cache_drop",
+             healthy_s=3360.0, baseline_window="1h", fault_max_s=1500.0),
     Scenario("judge_failing", "every judge call answers HTTP 400; today's run is redone",
              (("judge_failing", 1.0),), "QualityJudgeFailing", "judge_failing"),
     Scenario("engine_unrecognised", "the page answers 200 with families no engine table knows",
@@ -234,8 +242,8 @@ class World:
     """One scenario's running parts: simulator, load, judge, monitor, and the switches of each fault."""
 
     def __init__(self, speed: float, scratch: Path, quality: bool, engine: dict[str, Any] | None = None,
-                 scrape_s: float = SCRAPE_S) -> None:
-        self.speed, self.scrape_s = speed, scrape_s
+                 scrape_s: float = SCRAPE_S, baseline_window: str = BASELINE_WINDOW) -> None:
+        self.speed, self.scrape_s, self.baseline_window = speed, scrape_s, baseline_window
         self.clock = CompressedClock(speed)
         self.recorder = Recorder(self.clock)
         self.engine = SimulatedEngine(EngineConfig(**{"max_num_seqs": DEMO_MAX_NUM_SEQS, **(engine or {})}))
@@ -250,7 +258,7 @@ class World:
     async def start(self) -> Monitor:
         self.server.start()
         extra: dict[str, Any] = {
-            "service": {"baseline_window": BASELINE_WINDOW, "scrape_interval": f"{self.scrape_s:g}s"},
+            "service": {"baseline_window": self.baseline_window, "scrape_interval": f"{self.scrape_s:g}s"},
             "infra": {"interval": f"{self.scrape_s:g}s"},
             "canary": {"probes": []},  # the canary probes on its own clock; the scorecard judges the layers
             # the demo's unpriced workstation GPU would raise CostGpuUnpriced on purpose: left out
@@ -361,7 +369,8 @@ async def run_scenario(scenario: Scenario, speed: float = 10.0, scrape_s: float 
     """Healthy stretch, fault (until its alert fired, 90 s at least), clear (until all resolved)."""
     quality = any(kind == "judge_failing" for kind, _ in scenario.faults)
     with tempfile.TemporaryDirectory(prefix=f"infermon-scorecard-{scenario.name}-") as scratch:
-        world = World(speed, Path(scratch), quality, dict(scenario.engine), scrape_s)
+        world = World(speed, Path(scratch), quality, dict(scenario.engine), scrape_s, scenario.baseline_window)
+        fault_max_s = max(fault_max_s, scenario.fault_max_s or 0.0)
         outcome = Outcome(scenario)
         try:
             await world.start()

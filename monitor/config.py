@@ -398,6 +398,10 @@ class CauseSettings(_Section):
     queue_waiting: float = Field(5.0, ge=0, description="queue_saturation: requests waiting at or above this ...")
     rank_imbalance_ratio: float = Field(
         2.0, ge=1, description="rank_imbalance: the busiest data-parallel rank's load at or above this x the mean")
+    prefix_cache_baseline_ratio: float = Field(
+        0.5, ge=0, le=1, description="prefix_cache_drop: the prefix-cache hit ratio below this share of its baseline's")
+    prefix_cache_min_ratio: float = Field(
+        0.2, ge=0, le=1, description="... where the baseline's hit ratio was at least this (below it, noise)")
     gpu_busy_ratio: float = Field(0.9, ge=0, le=1, description="... while the target's GPUs are this busy")
     throttle_reasons: list[str] = Field(
         default_factory=lambda: ["sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"],

@@ -14,8 +14,8 @@ only where the engine shows none; a throughput drop with an empty queue is less 
 slower engine; a quality run the judge failed on explains every quality alert of that run.
 `unknown` says which facts of the layer were checked.
 
-Engine facts still to come (a prefix-cache hit ratio against its baseline) are new signals in
-`signals` and new rows here, placed above the hardware rows of `service`.
+New engine facts are new signals in `signals` and new rows here, placed above the hardware rows
+of `service` (as the prefix cache's hit ratio against its baseline is).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from monitor.alerting.context import Context
+from monitor.alerting.context import Context, TargetFacts
 from monitor.config import CauseSettings
 
 Op = Callable[[float, float], bool]
@@ -89,6 +89,13 @@ CAUSES: tuple[CauseRule, ...] = (
                                               _c("running", ">", 0)),
               "{waiting} requests wait behind {running} running (no GPU readings for it): more load than capacity.",
               "... or, with no GPU readings for the target, while it runs requests"),
+    CauseRule("prefix_cache_drop", "service", (_c("prefix_cache_baseline", "<", "prefix_cache_baseline_ratio"),
+                                               _c("prefix_cache_was", ">=", "prefix_cache_min_ratio")),
+              "the prefix cache finds {prefix_cache} of the prompt tokens against {prefix_cache_was} over its "
+              "baseline: more of every prompt is computed again (a changed system prompt or template, lost "
+              "cache affinity, or prefixes evicted), so prefills take longer.",
+              "the prefix-cache hit ratio < prefix_cache_baseline_ratio of its baseline's, which was "
+              ">= prefix_cache_min_ratio"),
     CauseRule("gpu_memory", "service", (_c("gpu_memory", ">=", "gpu_memory_ratio"),),
               "GPU memory is {gpu_memory} used on {gpus}: out-of-memory risk.",
               "GPU memory used >= gpu_memory_ratio"),
@@ -195,10 +202,25 @@ def signals(context: Context, settings: CauseSettings) -> Signals:
           sum, lambda v: f"{v:g}")
     worst("throughput_baseline", [t.throughput_baseline_ratio for t in up_targets
                                   if t.throughput_baseline_ratio is not None], min, _pct)
+    _prefix_cache_signals(up_targets, values, texts)
     _gpu_signals(context, settings, values, texts)
     _quality_signals(context, values, texts)
     _cost_signals(context, values, texts)
     return Signals(values, texts)
+
+
+def _prefix_cache_signals(up_targets: list[TargetFacts], values: dict[str, float], texts: dict[str, str]) -> None:
+    """The target whose prefix-cache hit ratio fell furthest against its baseline's (one that had one)."""
+    fell = [(t.prefix_cache_hit_ratio / t.prefix_cache_hit_ratio_baseline, t) for t in up_targets
+            if t.prefix_cache_hit_ratio is not None and t.prefix_cache_hit_ratio_baseline]
+    if not fell:
+        return
+    share, worst = min(fell, key=lambda pair: pair[0])
+    assert worst.prefix_cache_hit_ratio is not None and worst.prefix_cache_hit_ratio_baseline is not None
+    values["prefix_cache_baseline"], texts["prefix_cache_baseline"] = share, _pct(share)
+    values["prefix_cache"], texts["prefix_cache"] = worst.prefix_cache_hit_ratio, _pct(worst.prefix_cache_hit_ratio)
+    values["prefix_cache_was"] = worst.prefix_cache_hit_ratio_baseline
+    texts["prefix_cache_was"] = _pct(worst.prefix_cache_hit_ratio_baseline)
 
 
 def _gpu_signals(context: Context, settings: CauseSettings, values: dict[str, float], texts: dict[str, str]) -> None:

@@ -55,6 +55,8 @@ class TargetFacts:
     requests_per_second: float | None = None
     rank_imbalance_ratio: float | None = None  # busiest data-parallel rank over the mean load
     engines_sleeping: float | None = None  # ranks not awake (vLLM sleep mode)
+    prefix_cache_hit_ratio: float | None = None
+    prefix_cache_hit_ratio_baseline: float | None = None  # the same over the trailing baseline window
 
 
 @dataclass(frozen=True)
@@ -222,6 +224,8 @@ def _one_model(target: TargetView, model: str | None, window: str | None) -> Tar
         throughput_baseline_ratio=stats.throughput_baseline_ratio if stats else None,
         request_error_ratio=stats.error_ratio if stats else None,
         requests_per_second=stats.requests_per_second if stats else None,
+        prefix_cache_hit_ratio=stats.prefix_cache_hit_ratio if stats else None,
+        prefix_cache_hit_ratio_baseline=stats.prefix_cache_hit_ratio_baseline if stats else None,
     )
 
 

@@ -43,6 +43,8 @@ _TARGET_LINES: tuple[tuple[str, str, Callable[[float], str]], ...] = (
     ("requests_per_second", "requests/s", _num),
     ("rank_imbalance_ratio", "busiest rank vs. mean", lambda v: f"{v:.3g}x"),
     ("engines_sleeping", "engines asleep", _num),
+    ("prefix_cache_hit_ratio", "prefix-cache hits", _pct),
+    ("prefix_cache_hit_ratio_baseline", "prefix-cache hits over the baseline", _pct),
 )
 _GPU_LINES: tuple[tuple[str, str, Callable[[float], str]], ...] = (
     ("utilization_ratio", "utilization", _pct),

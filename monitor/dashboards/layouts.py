@@ -30,6 +30,12 @@ def _svc(metric: str, title: str, legend: str = "{{target}} {{model}}", **kw: ob
     return PanelSpec(title, metric, (Query(f"{metric}{{{SVC}}}", legend),), **kw)  # type: ignore[arg-type]
 
 
+def _with_baseline(metric: str, title: str) -> PanelSpec:
+    """The window's ratio and the same ratio over the trailing baseline window before it."""
+    return PanelSpec(title, metric, (Query(f"{metric}{{{SVC}}}", "{{target}} {{model}}"),
+                                     Query(f"{metric}_baseline{{{SVC}}}", "baseline {{target}} {{model}}")))
+
+
 def _quantiles(metric: str, title: str, objective: str | None = None) -> PanelSpec:
     queries = [Query(f'{metric}{{{SVC},quantile=~"0.5|0.99"}}', "P{{quantile}} {{target}}")]
     if objective:  # the configured real-time objective, as a line
@@ -153,8 +159,11 @@ SERVICE = DashboardSpec(
             _plain("inference_kv_cache_usage_ratio", "KV cache usage",
                    'inference_kv_cache_usage_ratio{target=~"$target",model=~"$model"}', "{{target}}"),
             _svc("inference_preemptions_per_second", "Preemptions"),
-            _svc("inference_prefix_cache_hit_ratio", "Prefix-cache hit ratio (prompt tokens)"),
-            _svc("inference_spec_decode_acceptance_ratio", "Speculative decoding: draft tokens accepted"),
+            _with_baseline("inference_prefix_cache_hit_ratio", "Prefix-cache hit ratio (prompt tokens) and its baseline"),
+            _svc("inference_prefix_cache_hit_baseline_ratio", "Prefix-cache hit ratio against its baseline"),
+            _with_baseline("inference_spec_decode_acceptance_ratio",
+                           "Speculative decoding: draft tokens accepted, and its baseline"),
+            _svc("inference_spec_decode_acceptance_baseline_ratio", "Draft acceptance against its baseline"),
             _svc("inference_spec_decode_acceptance_length", "Speculative decoding: tokens per target step"),
             _svc("inference_generation_seconds_per_token", "Mean time per generated token (llama.cpp)"),
             _svc("inference_prompt_seconds_per_token", "Mean prompt time per token (llama.cpp)"),

@@ -38,6 +38,7 @@ from monitor.promtext import PageError, Parser, check_text
 from monitor.redaction import redact_urls, safe_url
 from monitor.scrape import ScrapeError, fetch_page, fetch_page_core, target_pool
 from monitor.service.derive import (
+    BASELINE_COUNTERS,
     LENGTH_HISTOGRAMS,
     Objectives,
     Rates,
@@ -76,7 +77,7 @@ class TargetState:
     target: Target
     parser: Parser = field(default_factory=Parser)
     store: SeriesStore = field(default_factory=lambda: SeriesStore(0.0))
-    baseline: SeriesStore = field(default_factory=lambda: SeriesStore(0.0))  # generation tokens only
+    baseline: SeriesStore = field(default_factory=lambda: SeriesStore(0.0))  # BASELINE_COUNTERS, lengths
     latest: Snapshot | None = None
     engine: EngineSpec | None = None
     up: bool = False
@@ -336,9 +337,10 @@ class ServiceCollector:
     def _remember(self, state: TargetState, snap: Snapshot) -> None:
         state.latest = snap
         state.store.append(snap)
-        generation = snap.counters.get("generation_tokens") or {}
+        counters = {metric: snap.counters[metric] for metric in BASELINE_COUNTERS if metric in snap.counters}
+        counters.setdefault("generation_tokens", {})
         lengths = {metric: snap.buckets[metric] for metric in LENGTH_HISTOGRAMS if metric in snap.buckets}
-        point = Snapshot(ts=snap.ts, counters={"generation_tokens": generation}, buckets=lengths)
+        point = Snapshot(ts=snap.ts, counters=counters, buckets=lengths)
         state.baseline.append(point)
         cadence = max(self.settings.scrape_interval.seconds, self.settings.baseline_window.seconds / 60)
         if self.history is not None and state.engine is not None and (

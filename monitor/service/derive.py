@@ -8,6 +8,8 @@ scraped:
     error ratio       sum(rate(errors[w])) / sum(rate(requests[w]))
     baseline ratio    rate(generation_tokens[w]) / rate(generation_tokens[B] offset w)
                       -- only where the history reaches back over `min_coverage` of B (below)
+    ratio baselines   prefix-cache hit and draft acceptance ratios over the same baseline window
+                      (hits[B] offset w / queries[B] offset w), and the window's ratio over it
 
 Fleet-wide numbers sum the per-target rates; quantiles sum bucket rates across targets on
 the bucket bounds every target has (summing pages with different bounds would be wrong).
@@ -35,6 +37,14 @@ RATIOS = {
     # own (bonus) token: tokens per target-model step.
     "spec_decode_acceptance_length": ("spec_accepted_tokens", "spec_drafts", 1.0),
 }
+# The ratios that also get a trailing baseline (a drop against it is an alert): ours -> exported names
+# of (the baseline's ratio, the window's ratio over the baseline's).
+BASELINE_RATIOS = {
+    "prefix_cache_hit_ratio": ("prefix_cache_hit_ratio_baseline", "prefix_cache_hit_baseline_ratio"),
+    "spec_decode_acceptance_ratio": ("spec_decode_acceptance_ratio_baseline", "spec_decode_acceptance_baseline_ratio"),
+}
+# The counters a baseline point keeps: the throughput's and those ratios' numerators and denominators.
+BASELINE_COUNTERS = ("generation_tokens", *dict.fromkeys(c for ours in BASELINE_RATIOS for c in RATIOS[ours][:2]))
 HISTOGRAMS = ("ttft", "tpot", "e2e", "queue", "prefill", "decode", "inference")
 # Request-length histograms (prompt / generated tokens per request): no quantiles of their own;
 # their window and baseline buckets go to the cost layer (expensive requests).
@@ -67,6 +77,7 @@ class Rates:
     covered_generation: float | None = None  # generation tokens/s of the targets that have a baseline
     baseline_coverage: float | None = None  # share of the baseline window the history reaches back over
     baseline_buckets: dict[str, LeRates] = field(default_factory=dict)  # request lengths over the baseline
+    baseline_counters: dict[str, float] = field(default_factory=dict)  # BASELINE_COUNTERS over the baseline
 
 
 @dataclass
@@ -83,6 +94,10 @@ class WindowStats:
     generation_seconds_per_token: float | None = None  # mean busy time per generated token (llama.cpp)
     spec_decode_acceptance_ratio: float | None = None  # accepted / proposed draft tokens
     spec_decode_acceptance_length: float | None = None  # 1 + accepted per draft: tokens per target step
+    prefix_cache_hit_ratio_baseline: float | None = None  # the hit ratio over the trailing baseline window
+    prefix_cache_hit_baseline_ratio: float | None = None  # the window's hit ratio / the baseline's
+    spec_decode_acceptance_ratio_baseline: float | None = None
+    spec_decode_acceptance_baseline_ratio: float | None = None
     baseline_coverage: float | None = None  # share of the baseline window covered (None: no history)
     quantiles: dict[str, dict[float, float]] = field(default_factory=dict)
     slo_attainment: dict[str, float] = field(default_factory=dict)
@@ -139,7 +154,9 @@ def window_rates(
                 continue
             if kind == "bucket" and le is not None:
                 model_rates.baseline_buckets.setdefault(metric, {})[le] = rate
-            elif metric == "generation_tokens":
+                continue
+            model_rates.baseline_counters[metric] = rate
+            if metric == "generation_tokens":
                 model_rates.baseline_generation = rate
                 model_rates.covered_generation = model_rates.counters.get("generation_tokens")
     return per_model
@@ -171,6 +188,16 @@ def stats_from_rates(rates: Rates, objectives: Objectives) -> WindowStats:
             setattr(stats, ours, added + above / below)
     if rates.covered_generation is not None and rates.baseline_generation:
         stats.throughput_baseline_ratio = rates.covered_generation / rates.baseline_generation
+    for ours, (baseline_name, over_name) in BASELINE_RATIOS.items():
+        numerator, denominator, added = RATIOS[ours]
+        above, below = rates.baseline_counters.get(numerator), rates.baseline_counters.get(denominator)
+        if above is None or not below:
+            continue
+        baseline = added + above / below
+        setattr(stats, baseline_name, baseline)
+        now = getattr(stats, ours)
+        if now is not None and baseline > 0:
+            setattr(stats, over_name, now / baseline)
     stats.baseline_coverage = rates.baseline_coverage
     for metric, le_rates in rates.buckets.items():
         if metric in LENGTH_HISTOGRAMS:
@@ -218,6 +245,8 @@ def fleet_rates(per_target: Iterable[dict[str, Rates]]) -> dict[str, Rates]:
             total.http_errors = _add(total.http_errors, rates.http_errors)
             total.http_all = _add(total.http_all, rates.http_all)
             total.baseline_generation = _add(total.baseline_generation, rates.baseline_generation)
+            for metric, value in rates.baseline_counters.items():
+                total.baseline_counters[metric] = total.baseline_counters.get(metric, 0.0) + value
             total.covered_generation = _add(total.covered_generation, rates.covered_generation)
             # The fleet's baseline is as far along as its least covered target's.
             if rates.baseline_coverage is not None:

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from monitor.config import Duration
-from monitor.service.derive import QUANTILES, RATIOS
+from monitor.service.derive import BASELINE_RATIOS, QUANTILES, RATIOS
 from monitor.service.engines import ENGINES, HTTP_API_PREFIX, HTTP_LABELS, GaugeSpec, Selector, spellings
 
 BY_TARGET = "target, model"
@@ -173,6 +173,7 @@ def window_rules(window: str, baseline: str, min_coverage: float = 0.9) -> list[
                       f"and on ({BY_TARGET})\n({_covered(window, baseline, min_coverage)})", w))
     rules.append(Rule("inference_throughput_baseline_ratio", "[[inference_generation_tokens_per_second]] / "
                       "([[inference:generation_tokens:rate_baseline]] > 0)", w))
+    rules.extend(_baseline_ratio_rules(window, baseline, min_coverage))
     for histogram in _SUMMARIES:
         rules.append(Rule(f"inference:{histogram}_bucket:rate", _buckets(histogram, window), w))
     for histogram, name in _SUMMARIES.items():
@@ -197,6 +198,24 @@ def _ratio_rules(window: str) -> list[Rule]:
     for ours, (numerator, denominator, added) in RATIOS.items():
         ratio = f"[[{_rate_name(numerator)}]] / ([[{_rate_name(denominator)}]] > 0)"
         rules.append(Rule(f"inference_{ours}", f"{added!r} + {ratio}" if added else ratio, w))
+    return rules
+
+
+def _baseline_ratio_rules(window: str, baseline: str, min_coverage: float) -> list[Rule]:
+    """The ratios' baselines (same window and coverage rule as the throughput's) and the window's
+    ratio over its baseline's."""
+    w = {"window": window}
+    rules = []
+    for counter in dict.fromkeys(c for ours in BASELINE_RATIOS for c in RATIOS[ours][:2]):
+        expr = _counter(counter, baseline, f" offset {window}")
+        if expr:
+            rules.append(Rule(f"inference:{counter}:rate_baseline",
+                              f"({expr})\nand on ({BY_TARGET})\n({_covered(window, baseline, min_coverage)})", w))
+    for ours, (baseline_name, over_name) in BASELINE_RATIOS.items():
+        numerator, denominator, added = RATIOS[ours]
+        ratio = f"[[inference:{numerator}:rate_baseline]] / ([[inference:{denominator}:rate_baseline]] > 0)"
+        rules.append(Rule(f"inference_{baseline_name}", f"{added!r} + {ratio}" if added else ratio, w))
+        rules.append(Rule(f"inference_{over_name}", f"[[inference_{ours}]] / ([[inference_{baseline_name}]] > 0)", w))
     return rules
 
 
@@ -271,6 +290,15 @@ def _fleet_rules(window: str) -> list[Rule]:
                "[[inference:generation_tokens:rate_baseline]]")
     rules.append(Rule("inference_throughput_baseline_ratio", f"sum by (model) ({covered})"
                       f" / ({total('inference:generation_tokens:rate_baseline')} > 0)", w, fleet=True))
+    for ours, (baseline_name, over_name) in BASELINE_RATIOS.items():
+        numerator, denominator, added = RATIOS[ours]
+        now = f"{total(_rate_name(numerator))} / ({total(_rate_name(denominator))} > 0)"
+        base = (f"{total(f'inference:{numerator}:rate_baseline')} / "
+                f"({total(f'inference:{denominator}:rate_baseline')} > 0)")
+        if added:
+            now, base = f"{added!r} + {now}", f"{added!r} + {base}"
+        rules.append(Rule(f"inference_{baseline_name}", base, w, fleet=True))
+        rules.append(Rule(f"inference_{over_name}", f"({now}) / (({base}) > 0)", w, fleet=True))
     for histogram, name in _SUMMARIES.items():
         buckets = total(f"inference:{histogram}_bucket:rate", "model, le")
         for q in QUANTILES:

@@ -24,6 +24,10 @@ _WINDOW_GAUGES = {
     "inference_generation_seconds_per_token": "generation_seconds_per_token",
     "inference_spec_decode_acceptance_ratio": "spec_decode_acceptance_ratio",
     "inference_spec_decode_acceptance_length": "spec_decode_acceptance_length",
+    "inference_prefix_cache_hit_ratio_baseline": "prefix_cache_hit_ratio_baseline",
+    "inference_prefix_cache_hit_baseline_ratio": "prefix_cache_hit_baseline_ratio",
+    "inference_spec_decode_acceptance_ratio_baseline": "spec_decode_acceptance_ratio_baseline",
+    "inference_spec_decode_acceptance_baseline_ratio": "spec_decode_acceptance_baseline_ratio",
 }
 _SUMMARIES = {
     "inference_ttft_seconds": "ttft",

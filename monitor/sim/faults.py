@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 FaultKind = Literal["latency_spike", "error_burst", "throughput_drop", "kv_pressure", "engine_down", "traffic_dip",
-                    "gpu_hold", "engine_unrecognised"]
+                    "gpu_hold", "engine_unrecognised", "prefix_cache_loss"]
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 
 # What magnitude means per kind, and the default when a config leaves it out.
@@ -22,6 +22,7 @@ FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 #   throughput_drop: per-output-token time is multiplied by it          (> 0, e.g. 3)
 #   kv_pressure:     fraction of the KV-cache capacity left usable      (0 < m <= 1)
 #   engine_down:     the server answers 503 to everything, /metrics too (m unused, 1)
+#   prefix_cache_loss: share of the prefix-cache hit ratio left (a new system prompt)  (0 < m <= 1)
 #   engine_unrecognised: /metrics answers 200 with a valid page whose families no engine table
 #                    knows (`vllm:` renamed `acme:`, an in-house build); the API serves on  (m unused, 1)
 # Two kinds the simulated engine itself ignores, for what drives it in the demo:
@@ -36,6 +37,7 @@ DEFAULT_MAGNITUDE: dict[FaultKind, float] = {
     "traffic_dip": 0.2,
     "gpu_hold": 30.0,
     "engine_unrecognised": 1.0,
+    "prefix_cache_loss": 0.2,
 }
 
 
@@ -63,7 +65,7 @@ def _check_magnitude(kind: FaultKind, magnitude: float) -> None:
     allowed_zero = kind == "error_burst" and magnitude == 0
     if (not math.isfinite(magnitude) or magnitude <= 0) and not allowed_zero:
         raise ValueError(f"{kind} magnitude must be a positive number, got {magnitude}")
-    if kind in ("error_burst", "kv_pressure", "traffic_dip") and magnitude > 1:
+    if kind in ("error_burst", "kv_pressure", "traffic_dip", "prefix_cache_loss") and magnitude > 1:
         raise ValueError(f"{kind} magnitude is a fraction (0..1), got {magnitude}")
 
 
@@ -79,12 +81,13 @@ class FaultEffects:
     traffic_mult: float = 1.0
     gpu_hold_s: float | None = None  # the latest-starting hold wins
     unrecognised: bool = False
+    prefix_hit_mult: float = 1.0
 
 
 def combine_effects(faults: Iterable[Fault]) -> FaultEffects:
     """Overlapping faults compound: multipliers multiply, error chances combine like
     independent events (1 - prod(1 - f)), so two 50 % bursts fail 75 % of requests."""
-    prefill = per_token = kv = survive = traffic = 1.0
+    prefill = per_token = kv = survive = traffic = prefix = 1.0
     down, hold, unrecognised = False, None, False
     for fault in faults:
         if fault.kind == "engine_down":
@@ -101,9 +104,11 @@ def combine_effects(faults: Iterable[Fault]) -> FaultEffects:
             per_token *= fault.magnitude
         elif fault.kind == "kv_pressure":
             kv *= fault.magnitude
+        elif fault.kind == "prefix_cache_loss":
+            prefix *= fault.magnitude
         else:
             survive *= 1.0 - fault.magnitude
-    return FaultEffects(prefill, per_token, 1.0 - survive, kv, down, traffic, hold, unrecognised)
+    return FaultEffects(prefill, per_token, 1.0 - survive, kv, down, traffic, hold, unrecognised, prefix)
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,7 @@ class Scheduler:
     ) -> None:
         if request.first_scheduled is None:
             request.first_scheduled = now
-            request.cached_tokens = self._cached_tokens(request.prompt_tokens)
+            request.cached_tokens = self._cached_tokens(request.prompt_tokens, effects.prefix_hit_mult)
             stats.prefix_cache_queries += request.prompt_tokens
             stats.prefix_cache_hits += request.cached_tokens
             computed = request.prompt_tokens - request.cached_tokens
@@ -149,10 +149,10 @@ class Scheduler:
         stats.finished.append(request.finish_stats())
         request.notify_done()
 
-    def _cached_tokens(self, prompt_tokens: int) -> int:
+    def _cached_tokens(self, prompt_tokens: int, kept: float = 1.0) -> int:
         # Whole blocks only, and never the last prompt token: vLLM always recomputes it.
         block = self.config.block_size
-        hit = int(prompt_tokens * self.profile.prefix_hit_ratio) // block * block
+        hit = int(prompt_tokens * self.profile.prefix_hit_ratio * kept) // block * block
         return min(hit, max(prompt_tokens - 1, 0))
 
     def _blocks(self, tokens: int) -> int:

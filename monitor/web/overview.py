@@ -92,16 +92,17 @@ def service_rows(view: ServiceView, configured: bool) -> dict[str, Any]:
                          "running": target.gauges.get("running", {}).get(model),
                          "waiting": target.gauges.get("waiting", {}).get(model),
                          "kv_cache_ratio": target.gauges.get("kv_cache", {}).get(model),
-                         **engine_facts(target, model)})
+                         **engine_facts(target, model, stats)})
     fleet = [{"model": model, **_stats(stats)} for (model, w), stats in sorted(view.fleet.items()) if w == window]
     return {"configured": configured, "window": window, "rows": rows, "fleet": fleet,
             "objectives": {"ttft_seconds": view.objectives.ttft_seconds,
                            "tpot_seconds": view.objectives.tpot_seconds}}
 
 
-def engine_facts(target: TargetView, model: str) -> dict[str, Any]:
+def engine_facts(target: TargetView, model: str, stats: WindowStats | None = None) -> dict[str, Any]:
     """What the engine's page says beyond the headline numbers (ranks, why requests wait, sleep,
-    LoRA), structured for the API and as one short line for the page (`facts`)."""
+    LoRA, the prefix cache and speculative decoding against their baselines), structured for the
+    API and as one short line for the page and `infermon status` (`facts`)."""
     labelled = target.labelled
     ranks = sorted(set(labelled.get("rank_running", {}).get(model, {}))
                    | set(labelled.get("rank_waiting", {}).get(model, {})))
@@ -120,7 +121,18 @@ def engine_facts(target: TargetView, model: str) -> dict[str, Any]:
     if lora is not None and (lora.running or lora.waiting):
         facts.append(f"LoRA {len(lora.running)} running, {len(lora.waiting)} waiting"
                      + (f" of {lora.max_lora}" if lora.max_lora is not None else ""))
+    stats = stats or WindowStats()
+    for label, now, baseline in (
+            ("prefix cache", stats.prefix_cache_hit_ratio, stats.prefix_cache_hit_ratio_baseline),
+            ("drafts accepted", stats.spec_decode_acceptance_ratio, stats.spec_decode_acceptance_ratio_baseline)):
+        if now is not None:
+            facts.append(f"{label} {now * 100:.0f} %" + (f" (baseline {baseline * 100:.0f} %)"
+                                                         if baseline is not None else ""))
     return {"ranks": len(ranks) or None, "rank_imbalance_ratio": imbalance, "waiting_by_reason": reasons,
+            "prefix_cache_hit_ratio": stats.prefix_cache_hit_ratio,
+            "prefix_cache_hit_ratio_baseline": stats.prefix_cache_hit_ratio_baseline,
+            "spec_decode_acceptance_ratio": stats.spec_decode_acceptance_ratio,
+            "spec_decode_acceptance_ratio_baseline": stats.spec_decode_acceptance_ratio_baseline,
             "engines_sleeping": asleep,
             "lora": None if lora is None else {"running": list(lora.running), "waiting": list(lora.waiting),
                                                "max": lora.max_lora},

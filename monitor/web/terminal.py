@@ -84,7 +84,8 @@ def _service(o: dict[str, Any]) -> Table:
                         for key, objective in _LATENCIES),
                       pct(r.get("error_ratio"), 2), num(r.get("generation_tokens_per_second"), 0),
                       f"{num(r.get('running'), 0)}/{num(r.get('waiting'), 0)}", pct(r.get("kv_cache_ratio")))
-    notes = dict.fromkeys(f"{r['target']}: {r['note']}" for r in s["rows"] if r.get("note"))
+    notes = dict.fromkeys([*(f"{r['target']}: {r['note']}" for r in s["rows"] if r.get("note")),
+                           *(f"{r['target']} {r['model']}: {r['facts']}" for r in s["rows"] if r.get("facts"))])
     if notes:
         table.caption, table.caption_justify = "\n".join(notes), "left"
     return table
@@ -187,6 +188,8 @@ def _service_lines(o: dict[str, Any]) -> list[Text]:
             latency.append(f"{label} ").append(ms(r.get(key)), style=_STYLE[slo(r.get(key), obj[objective])])
             latency.append(" ")
         lines.append(latency)
+        if r.get("facts"):
+            lines.append(Text(f"    {r['facts']}", style="dim"))
     return lines
 
 

@@ -34,8 +34,24 @@ SCENARIOS = {
                             [gpu(util=0.98, reasons=("sw_power_cap",))]),
     "engine_asleep": views([ranked(target(waiting=0, running=0, throughput_baseline_ratio=0.0),
                                    sleep={"awake": 1, "weights_offloaded": 1})], [gpu(util=0.0)]),
+    # The cache finds 10 % of the prompt tokens where it found 60 %, on GPUs busy near their power cap
+    # (routine): the lost prefixes, not the hardware.
+    "prefix_cache_drop": views([target(waiting=2, prefix_cache_hit_ratio=0.1, prefix_cache_hit_ratio_baseline=0.6)],
+                               [gpu(util=0.95, reasons=("sw_power_cap",))]),
     "unknown": views([target()], [gpu()]),
 }
+
+
+def test_a_prefix_cache_that_found_little_before_is_no_cause() -> None:
+    # 2 % -> 0.5 %: a quarter of its baseline, but it never held a real share of the prompts.
+    small = views([target(waiting=2, prefix_cache_hit_ratio=0.005, prefix_cache_hit_ratio_baseline=0.02)],
+                  [gpu(util=0.95, reasons=("sw_power_cap",))])
+    assert cause_id(probable_cause(build_context(TTFT, small), DEFAULTS)) == "gpu_throttling"
+    steady = views([target(waiting=2, prefix_cache_hit_ratio=0.55, prefix_cache_hit_ratio_baseline=0.6)],
+                   [gpu(util=0.95, reasons=("sw_power_cap",))])
+    assert cause_id(probable_cause(build_context(TTFT, steady), DEFAULTS)) == "gpu_throttling"
+    dropped = probable_cause(build_context(TTFT, SCENARIOS["prefix_cache_drop"]), DEFAULTS)
+    assert "finds 10 % of the prompt tokens against 60 % over its baseline" in dropped
 
 
 def test_balanced_ranks_leave_the_queue_to_capacity() -> None:

@@ -24,6 +24,7 @@ EXPECTED_RULES = {
     "GPUUtilizationLow", "GPUUtilizationSaturated", "GPUTemperatureHigh", "GPUMemoryHigh", "GPUPowerHigh",
     "TTFTP99High", "ErrorRateHigh", "ThroughputDrop", "TTFTObjectiveMissed", "TPOTObjectiveMissed",
     "TargetEngineUnrecognized", "RankImbalance", "LoRAAdaptersWaiting", "SpecDecodeAcceptanceLow",
+    "SpecDecodeAcceptanceDrop", "PrefixCacheHitRatioDrop",
     "TargetDown", "GPUDown", "CollectorFailing", "NotificationsFailing", "StoreFailing",
     # cost (alerts/cost.yml) and the canary (alerts/canary.yml)
     "CostBudget80", "CostBudgetExceeded", "CostIdleSpendHigh", "CostPerTokenJump", "CostExpensiveRequests",

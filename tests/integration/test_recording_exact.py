@@ -42,6 +42,10 @@ _ATTRIBUTES = {
     "inference_generation_seconds_per_token": "generation_seconds_per_token",
     "inference_spec_decode_acceptance_ratio": "spec_decode_acceptance_ratio",
     "inference_spec_decode_acceptance_length": "spec_decode_acceptance_length",
+    "inference_prefix_cache_hit_ratio_baseline": "prefix_cache_hit_ratio_baseline",
+    "inference_prefix_cache_hit_baseline_ratio": "prefix_cache_hit_baseline_ratio",
+    "inference_spec_decode_acceptance_ratio_baseline": "spec_decode_acceptance_ratio_baseline",
+    "inference_spec_decode_acceptance_baseline_ratio": "spec_decode_acceptance_baseline_ratio",
 }
 _SUMMARIES = {"inference_ttft_seconds": "ttft", "inference_tpot_seconds": "tpot",
               "inference_e2e_latency_seconds": "e2e", "inference_queue_time_seconds": "queue",
@@ -60,7 +64,7 @@ def ours(rule: Rule, stats: Any) -> float | None:
 def test_recording_rules_give_the_monitors_numbers(tmp_path: Path) -> None:
     monitor, times, prom = backfilled(tmp_path)
     view = monitor.service.view
-    compared = baselines = 0
+    compared = baselines = hit_baselines = 0
     with prom:
         for window in ("1m", "5m"):
             rules = window_rules(window, "5m")  # the monitor's baseline_window there
@@ -83,6 +87,9 @@ def test_recording_rules_give_the_monitors_numbers(tmp_path: Path) -> None:
                         rule.record, rule.labels, target)
                     compared += 1
                     baselines += rule.record == "inference_throughput_baseline_ratio"
+                    hit_baselines += rule.record == "inference_prefix_cache_hit_baseline_ratio"
+                    if rule.record == "inference_prefix_cache_hit_baseline_ratio" and target == "a":
+                        assert expected < 0.9, expected  # the drop the pages make is what was compared
         # Gauges at the last scrape: the values on the last pages.
         for rule in gauge_rules()[1:4]:  # the others: tests/integration/test_recording_gauges.py
             result = prom.query(rule.expr, at=times[-1])
@@ -94,6 +101,7 @@ def test_recording_rules_give_the_monitors_numbers(tmp_path: Path) -> None:
     # compared wherever the monitor has one.
     assert compared >= 2 * 3 * 17, compared
     assert baselines == 2 * 3  # covered (>= 90 % of the 5m baseline) for both windows, per target and fleet
+    assert hit_baselines == 2 * 3  # the prefix-cache hit ratio against its baseline: the same coverage
 
 
 class _RulesServer(PrometheusServer):
@@ -130,4 +138,4 @@ def test_shipped_rules_evaluate_in_prometheus() -> None:
     assert gauges
     unhealthy = [(r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r["health"] != "ok"]
     assert not unhealthy, unhealthy
-    assert sum(len(g["rules"]) for g in groups) == 195
+    assert sum(len(g["rules"]) for g in groups) == 219

@@ -60,7 +60,8 @@ def test_demo_schedule_shows_every_kind_within_one_cycle():
     schedule = demo_schedule()
     assert schedule.cycle_s == 1800  # one slot per probable cause (tests/sim/test_demo_cycle.py)
     seen = {f.kind for t in range(1800) for f in schedule.active(t)}
-    assert seen == set(FAULT_KINDS) - {"engine_unrecognised"}  # the scorecard's, not the demo's
+    # the scorecard's, not the demo's (a prefix-cache drop needs an hour's baseline and a 15-min `for`)
+    assert seen == set(FAULT_KINDS) - {"engine_unrecognised", "prefix_cache_loss"}
     assert schedule.active(0) == () and schedule.active(1800) == ()
 
 
@@ -93,6 +94,31 @@ def test_latency_spike_moves_ttft_to_higher_buckets(start_sim, scrape):
     slow = dict(scrape(server).buckets("vllm:time_to_first_token_seconds"))
     assert slow[0.1] == fast[0.1]  # none of the new ones is fast
     assert slow[0.5] == 6
+
+
+def test_prefix_cache_loss_finds_fewer_prompt_tokens(start_sim, scrape):
+    server = start_sim()
+    long_prompt = " ".join(f"word{i}" for i in range(400))  # whole blocks of it are found in the cache
+    for _ in range(3):
+        _chat_with(server.url, long_prompt)
+    before = scrape(server)
+    hits, queries = before.value("vllm:prefix_cache_hits_total"), before.value("vllm:prefix_cache_queries_total")
+    assert 0.25 < hits / queries < 0.4  # the profile's 35 %, in whole 16-token blocks
+    server.sim.inject("prefix_cache_loss", 0.2)
+    for _ in range(3):
+        _chat_with(server.url, long_prompt)
+    after = scrape(server)
+    found = after.value("vllm:prefix_cache_hits_total") - hits
+    looked_up = after.value("vllm:prefix_cache_queries_total") - queries
+    assert looked_up == queries  # the same prompts
+    assert found / looked_up == pytest.approx(0.2 * hits / queries, abs=16 * 3 / looked_up)
+
+
+def _chat_with(url: str, content: str) -> httpx.Response:
+    body = {"messages": [{"role": "user", "content": content}], "max_tokens": 4}
+    response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=10.0)
+    response.raise_for_status()
+    return response
 
 
 def test_throughput_drop_slows_every_token(start_sim, scrape):

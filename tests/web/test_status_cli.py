@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from typing import Any
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from monitor.cli import app
@@ -77,3 +80,50 @@ def test_status_loads_no_collector_code() -> None:
     probe = f"import sys, monitor.cli, monitor.web.terminal; print(sorted(m for m in {heavy} if m in sys.modules))"
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert loaded.stdout.strip() == "[]"
+
+
+def test_status_says_the_engine_facts_in_both_widths() -> None:
+    """vLLM 0.33's own page, its counters growing: the prefix cache's and the drafts' ratios, with
+    their baselines once the history covers them, in the wide table's notes and the narrow lines."""
+    from rich.console import Console
+
+    from monitor.config import load_settings
+    from monitor.web.overview import overview
+    from monitor.web.terminal import print_overview
+    from tests.service.pagegen import grow
+    from tests.web.test_overview import real_page
+
+    base = real_page("vllm-0.33.0_t60.prom")
+    scrapes = [0]
+
+    def page(_: httpx.Request) -> httpx.Response:
+        scrapes[0] += 1
+        return httpx.Response(200, text=grow(base, 1 + 0.1 * scrapes[0]))
+
+    settings = load_settings(None, {"infra": {"nvml": {"enabled": "false"}}, "alerting": {"enabled": False},
+                                    "service": {"windows": ["30s"], "baseline_window": "1m",
+                                                "targets": [{"name": "dp", "url": "http://dp/m"}]}})
+    clock = [1_767_300_000.0]
+    monitor = Monitor(settings, client=httpx.AsyncClient(transport=httpx.MockTransport(page)), wall=lambda: clock[0])
+
+    async def cycles() -> dict[str, Any]:
+        try:
+            for _ in range(24):  # 2 minutes: the 30 s window and the minute before it covered
+                await monitor.run_once()
+                clock[0] += 5.0
+            return overview(monitor)
+        finally:
+            await monitor.aclose()
+
+    o = asyncio.run(cycles())
+    (row,) = o["service"]["rows"]
+    assert row["prefix_cache_hit_ratio"] == pytest.approx(row["prefix_cache_hit_ratio_baseline"])  # all grew alike
+    expected = (f"prefix cache {row['prefix_cache_hit_ratio'] * 100:.0f} % (baseline "
+                f"{row['prefix_cache_hit_ratio_baseline'] * 100:.0f} %)")
+    assert expected in row["facts"] and "drafts accepted" in row["facts"], row["facts"]
+    for width in (80, 200):
+        console = Console(width=width, record=True, color_system=None)
+        print_overview(console, o, "http://monitor")
+        text = console.export_text()
+        assert expected in text, text
+        assert all(len(line.rstrip()) <= width for line in text.splitlines())
