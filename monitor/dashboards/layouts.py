@@ -30,10 +30,11 @@ def _svc(metric: str, title: str, legend: str = "{{target}} {{model}}", **kw: ob
     return PanelSpec(title, metric, (Query(f"{metric}{{{SVC}}}", legend),), **kw)  # type: ignore[arg-type]
 
 
-def _with_baseline(metric: str, title: str) -> PanelSpec:
-    """The window's ratio and the same ratio over the trailing baseline window before it."""
-    return PanelSpec(title, metric, (Query(f"{metric}{{{SVC}}}", "{{target}} {{model}}"),
-                                     Query(f"{metric}_baseline{{{SVC}}}", "baseline {{target}} {{model}}")))
+def _baselines(stem: str, title: str) -> PanelSpec:
+    """A ratio over the trailing baseline window, and the window's ratio over that one (the alert's)."""
+    return PanelSpec(title, f"{stem}_baseline_ratio", (  # coloured at the alert's line on the first
+        Query(f"{stem}_baseline_ratio{{{SVC}}}", "window / baseline {{target}} {{model}}"),
+        Query(f"{stem}_ratio_baseline{{{SVC}}}", "baseline {{target}} {{model}}")))
 
 
 def _quantiles(metric: str, title: str, objective: str | None = None) -> PanelSpec:
@@ -159,11 +160,10 @@ SERVICE = DashboardSpec(
             _plain("inference_kv_cache_usage_ratio", "KV cache usage",
                    'inference_kv_cache_usage_ratio{target=~"$target",model=~"$model"}', "{{target}}"),
             _svc("inference_preemptions_per_second", "Preemptions"),
-            _with_baseline("inference_prefix_cache_hit_ratio", "Prefix-cache hit ratio (prompt tokens) and its baseline"),
-            _svc("inference_prefix_cache_hit_baseline_ratio", "Prefix-cache hit ratio against its baseline"),
-            _with_baseline("inference_spec_decode_acceptance_ratio",
-                           "Speculative decoding: draft tokens accepted, and its baseline"),
-            _svc("inference_spec_decode_acceptance_baseline_ratio", "Draft acceptance against its baseline"),
+            _svc("inference_prefix_cache_hit_ratio", "Prefix-cache hit ratio (prompt tokens)"),
+            _baselines("inference_prefix_cache_hit", "Prefix-cache hit ratio: its baseline, and the window against it"),
+            _svc("inference_spec_decode_acceptance_ratio", "Speculative decoding: draft tokens accepted"),
+            _baselines("inference_spec_decode_acceptance", "Draft acceptance: its baseline, and the window against it"),
             _svc("inference_spec_decode_acceptance_length", "Speculative decoding: tokens per target step"),
             _svc("inference_generation_seconds_per_token", "Mean time per generated token (llama.cpp)"),
             _svc("inference_prompt_seconds_per_token", "Mean prompt time per token (llama.cpp)"),

@@ -39,6 +39,12 @@ NO_DATA = {
         "the demo's engines are vLLM; llama.cpp's busy-time counters: tests/service/test_llamacpp_live.py",
     ("service.json", "Speculative decoding: draft tokens accepted"):
         "the simulated vLLM runs without speculative decoding; tests/service/test_real_engine_pages.py",
+    ("service.json", "Draft acceptance: its baseline, and the window against it"):
+        "the simulated vLLM runs without speculative decoding; the baselines' rules: "
+        "tests/integration/test_recording_exact.py",
+    ("service.json", "Prefix-cache hit ratio: its baseline, and the window against it"):
+        "a baseline exists once 90 % of its window (10 min in the demo) is history "
+        "(tests/integration/test_recording_exact.py, the scorecard's prefix_cache_loss)",
     ("service.json", "Speculative decoding: tokens per target step"):
         "the simulated vLLM runs without speculative decoding; tests/service/test_real_engine_pages.py",
     ("service.json", "Busiest rank over the mean load"):
