@@ -164,6 +164,8 @@ SERVICE = DashboardSpec(
             _baselines("inference_prefix_cache_hit", "Prefix-cache hit ratio: its baseline, and the window against it"),
             _svc("inference_spec_decode_acceptance_ratio", "Speculative decoding: draft tokens accepted"),
             _baselines("inference_spec_decode_acceptance", "Draft acceptance: its baseline, and the window against it"),
+            _svc("inference_spec_decode_position_acceptance_ratio", "Draft tokens accepted by position (vLLM)",
+                 "position {{position}} {{target}}"),
             _svc("inference_spec_decode_acceptance_length", "Speculative decoding: tokens per target step"),
             _svc("inference_generation_seconds_per_token", "Mean time per generated token (llama.cpp)"),
             _svc("inference_prompt_seconds_per_token", "Mean prompt time per token (llama.cpp)"),

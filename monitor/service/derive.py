@@ -45,6 +45,7 @@ BASELINE_RATIOS = {
 }
 # The counters a baseline point keeps: the throughput's and those ratios' numerators and denominators.
 BASELINE_COUNTERS = ("generation_tokens", *dict.fromkeys(c for ours in BASELINE_RATIOS for c in RATIOS[ours][:2]))
+PER_POSITION = "spec_accepted_pos/"  # accepted draft tokens per position: "spec_accepted_pos/<position>"
 HISTOGRAMS = ("ttft", "tpot", "e2e", "queue", "prefill", "decode", "inference")
 # Request-length histograms (prompt / generated tokens per request): no quantiles of their own;
 # their window and baseline buckets go to the cost layer (expensive requests).
@@ -98,6 +99,8 @@ class WindowStats:
     prefix_cache_hit_baseline_ratio: float | None = None  # the window's hit ratio / the baseline's
     spec_decode_acceptance_ratio_baseline: float | None = None
     spec_decode_acceptance_baseline_ratio: float | None = None
+    # draft position ("0", "1", ...) -> accepted tokens at that position / drafts (vLLM)
+    spec_decode_position_acceptance: dict[str, float] = field(default_factory=dict)
     baseline_coverage: float | None = None  # share of the baseline window covered (None: no history)
     quantiles: dict[str, dict[float, float]] = field(default_factory=dict)
     slo_attainment: dict[str, float] = field(default_factory=dict)
@@ -188,6 +191,11 @@ def stats_from_rates(rates: Rates, objectives: Objectives) -> WindowStats:
             setattr(stats, ours, added + above / below)
     if rates.covered_generation is not None and rates.baseline_generation:
         stats.throughput_baseline_ratio = rates.covered_generation / rates.baseline_generation
+    drafts = counters.get("spec_drafts")
+    if drafts:
+        for metric, value in counters.items():
+            if metric.startswith(PER_POSITION):
+                stats.spec_decode_position_acceptance[metric[len(PER_POSITION):]] = value / drafts
     for ours, (baseline_name, over_name) in BASELINE_RATIOS.items():
         numerator, denominator, added = RATIOS[ours]
         above, below = rates.baseline_counters.get(numerator), rates.baseline_counters.get(denominator)

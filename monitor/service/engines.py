@@ -86,12 +86,16 @@ class EngineSpec:
     # Upstream's state of this table's engine: "" (current), "legacy" (removed upstream, still
     # read for old deployments), "archived, frozen" (the project stopped; the table is not grown).
     upstream: str = ""
+    # Counters kept per one label's values (vLLM's accepted draft tokens per position): our metric ->
+    # (selector, label); the snapshot holds one counter per value, named "metric/value".
+    counters_by: dict[str, tuple[Selector, str]] = field(default_factory=dict)
     wanted: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
         names: set[str] = set(HTTP_SAMPLES)
         for selectors in self.counters.values():
             names.update(s.sample for s in selectors)
+        names.update(selector.sample for selector, _ in self.counters_by.values())
         for candidates in self.histograms.values():
             names.update(f"{base}_bucket" for base in candidates)
         for gauge in self.gauges.values():
@@ -179,6 +183,12 @@ _VLLM_V1_PREFIX_CACHE = {
     "spec_accepted_tokens": (Selector("vllm:spec_decode_num_accepted_tokens_total"),),
 }
 SPEC_DECODE = frozenset({"spec_drafts", "spec_draft_tokens", "spec_accepted_tokens"})
+# Accepted draft tokens per position in the draft (0 = the first proposed token): over the drafts,
+# the chance that a draft's k-th token is accepted (it falls with k; where it falls to ~0, the
+# later speculative tokens are wasted work).
+_VLLM_PER_POSITION = {
+    "spec_accepted_pos": (Selector("vllm:spec_decode_num_accepted_tokens_per_pos_total"), "position"),
+}
 _VLLM_GAUGES_COMMON = {
     "running": GaugeSpec(("vllm:num_requests_running",)),
     "waiting": GaugeSpec(("vllm:num_requests_waiting",)),
@@ -196,6 +206,7 @@ VLLM_V1 = EngineSpec(
     markers=("vllm:kv_cache_usage_perc",),
     model_label="model_name",
     counters={**_VLLM_COUNTERS, **_VLLM_V1_PREFIX_CACHE},
+    counters_by=_VLLM_PER_POSITION,
     histograms={
         "ttft": ("vllm:time_to_first_token_seconds",),
         # Per-request time per output token; older V1 pages only have the inter-token latency

@@ -77,6 +77,16 @@ def extract(page: Page, spec: EngineSpec, ts: float, default_model: str) -> Snap
                 per_model.setdefault(model_of(labels), {})[key] = value
         if per_model:
             snap.counters[metric] = per_model
+    for metric, (selector, label) in spec.counters_by.items():
+        for labels, value in page.series(selector.sample).items():
+            if not selector.accepts(labels):
+                continue
+            if not math.isfinite(value):
+                dropped.add((selector.sample, labels))
+                continue
+            split = f"{metric}/{dict(labels).get(label, '')}"
+            key = ((selector.sample, ""), *labels)
+            snap.counters.setdefault(split, {}).setdefault(model_of(labels), {})[key] = value
     snap.non_finite += len(dropped)
     for metric, candidates in spec.histograms.items():
         base = next((c for c in candidates if f"{c}_bucket" in page.samples), None)

@@ -168,6 +168,7 @@ def window_rules(window: str, baseline: str, min_coverage: float = 0.9) -> list[
                       "[[inference_requests_per_second]]", "[[inference:http_errors:rate_model]]",
                       "[[inference:http_requests:rate_model]]", "target, model"), w))
     rules.extend(_ratio_rules(window))
+    rules.extend(_position_rules(window))
     rules.append(Rule("inference:generation_tokens:rate_baseline",
                       f"({_counter('generation_tokens', baseline, f' offset {window}')})\n"
                       f"and on ({BY_TARGET})\n({_covered(window, baseline, min_coverage)})", w))
@@ -217,6 +218,23 @@ def _baseline_ratio_rules(window: str, baseline: str, min_coverage: float) -> li
         rules.append(Rule(f"inference_{baseline_name}", f"{added!r} + {ratio}" if added else ratio, w))
         rules.append(Rule(f"inference_{over_name}", f"[[inference_{ours}]] / ([[inference_{baseline_name}]] > 0)", w))
     return rules
+
+
+def _position_rules(window: str) -> list[Rule]:
+    """Accepted draft tokens per position over the drafts (vLLM's accepted_tokens_per_pos)."""
+    w = {"window": window}
+    alternatives = []
+    for spec in ENGINES:
+        entry = spec.counters_by.get("spec_accepted_pos")
+        if entry is not None:
+            selector, label = entry
+            rate = f"rate({_selector(selector.sample, selector.match, selector.exclude)}[{window}])"
+            alternatives.append((spec.engine, f"sum by ({BY_TARGET}, {label}) ({_with_model(rate, spec.model_label)})"))
+    if not alternatives:
+        return []
+    return [Rule("inference:spec_accepted_pos:rate", _first_present(alternatives, f"{BY_TARGET}, position"), w),
+            Rule("inference_spec_decode_position_acceptance_ratio", "[[inference:spec_accepted_pos:rate]]\n"
+                 f"/ on ({BY_TARGET}) group_left ()\n([[{_rate_name('spec_drafts')}]] > 0)", w)]
 
 
 def _rate_name(counter: str) -> str:
@@ -285,6 +303,9 @@ def _fleet_rules(window: str) -> list[Rule]:
     for ours, (numerator, denominator, added) in RATIOS.items():
         ratio = f"{total(_rate_name(numerator))} / ({total(_rate_name(denominator))} > 0)"
         rules.append(Rule(f"inference_{ours}", f"{added!r} + {ratio}" if added else ratio, w, fleet=True))
+    rules.append(Rule("inference_spec_decode_position_acceptance_ratio",
+                      f"{total('inference:spec_accepted_pos:rate', 'model, position')}\n/ on (model) group_left ()\n"
+                      f"({total(_rate_name('spec_drafts'))} > 0)", w, fleet=True))
     # Of the targets that have a baseline: a new target's traffic is not a rise against the others'.
     covered = ("[[inference_generation_tokens_per_second]] and on (target, model) "
                "[[inference:generation_tokens:rate_baseline]]")

@@ -97,7 +97,17 @@ def render_service(view: ServiceView) -> Iterator[Metric]:
                 fam.add_sample(metric, {**labels, "quantile": f"{q:g}"}, value)
         yield fam
     yield _slo(view, rows)
+    positions = family("inference_spec_decode_position_acceptance_ratio")
+    for labels, stats in rows:
+        for position, share in sorted(stats.spec_decode_position_acceptance.items(), key=lambda p: _position(p[0])):
+            positions.add_sample("inference_spec_decode_position_acceptance_ratio", {**labels, "position": position},
+                                 share)
+    yield positions
     yield from _target_gauges(view)
+
+
+def _position(text: str) -> tuple[int, str]:
+    return (int(text), "") if text.isdigit() else (1 << 30, text)
 
 
 def _slo(view: ServiceView, rows: list[tuple[dict[str, str], WindowStats]]) -> Metric:

@@ -86,6 +86,8 @@ _TARGET_FACTS = {
     "requests/s": ("inference_requests_per_second", 1.0, True),
     "busiest rank vs. mean": ("inference_rank_imbalance_ratio", 1.0, False),
     "engines asleep": ("inference_engines_sleeping", 1.0, False),
+    "prefix-cache hits": ("inference_prefix_cache_hit_ratio", 100.0, True),
+    "prefix-cache hits over the baseline": ("inference_prefix_cache_hit_ratio_baseline", 100.0, True),
 }
 _GPU_FACTS = {
     "utilization": ("inference_gpu_utilization_ratio", 100.0),

@@ -39,6 +39,9 @@ NO_DATA = {
         "the demo's engines are vLLM; llama.cpp's busy-time counters: tests/service/test_llamacpp_live.py",
     ("service.json", "Speculative decoding: draft tokens accepted"):
         "the simulated vLLM runs without speculative decoding; tests/service/test_real_engine_pages.py",
+    ("service.json", "Draft tokens accepted by position (vLLM)"):
+        "the simulated vLLM runs without speculative decoding; vLLM 0.33's per-position counter: "
+        "tests/service/test_real_engine_pages.py, tests/integration/test_recording_exact.py",
     ("service.json", "Draft acceptance: its baseline, and the window against it"):
         "the simulated vLLM runs without speculative decoding; the baselines' rules: "
         "tests/integration/test_recording_exact.py",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -36,18 +37,47 @@ pytestmark = pytest.mark.prometheus
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 SCRAPES = 40
-BASE = (FIXTURES / "sample_vllm_v1.prom").read_text()
+REAL_PAGES = FIXTURES / "real_engines"
+
+
+def _spec_decode_families(text: str) -> str:
+    """The speculative-decoding counters of one engine as vLLM 0.33's own code wrote them."""
+    keep = []
+    for line in text.splitlines():
+        name = line.split()[2] if line.startswith("# ") else line.split("{", 1)[0]
+        if name.startswith("vllm:spec_decode") and name.endswith("_total") and (
+                line.startswith("# ") or 'engine="0"' in line):
+            keep.append(line)
+    return "\n".join(keep) + "\n"
+
+
+# vLLM's sample page (no speculative decoding) with vLLM 0.33's speculative-decoding counters.
+BASE = (FIXTURES / "sample_vllm_v1.prom").read_text() + _spec_decode_families(
+    (REAL_PAGES / "vllm-0.33.0_t60.prom").read_text())
 
 
 def page(target: str, step: int) -> str:
     if target == "a":
         # From step 20 on the prefix cache finds less (a new system prompt): the hit ratio falls
         # against its baseline, so its baseline ratios are not a constant 1.
+        # Likewise a draft's last position is accepted less often.
         hits = 1 + 0.05 * min(step, 20) + 0.01 * max(step - 20, 0)
         skip = ("_created", "num_requests", "perc", "info", "prefix_cache_hits")
-        return grow(grow(BASE, 1 + 0.05 * step, skip=skip), hits, prefix="vllm:prefix_cache_hits_total")
+        text = grow(grow(BASE, 1 + 0.05 * step, skip=skip), hits, prefix="vllm:prefix_cache_hits_total")
+        return _scaled(text, LAST_POSITION, hits / (1 + 0.05 * step))
     # Target b's engine restarts after step 24: its counters start again from a small value.
     return grow(BASE, 1 + 0.08 * step) if step <= 24 else grow(BASE, 0.05 + 0.07 * (step - 25))
+
+
+LAST_POSITION = (f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="{MODEL}",'
+                 'position="2"}')
+
+
+def _scaled(text: str, series: str, factor: float) -> str:
+    """`text` with the one sample of `series` multiplied by `factor`."""
+    line = re.compile(rf"^{re.escape(series)} (\S+)$", re.M)
+    assert line.search(text), series
+    return line.sub(lambda m: f"{series} {float(m.group(1)) * factor!r}", text)
 
 
 def scrape_times() -> list[float]:

@@ -64,7 +64,7 @@ def ours(rule: Rule, stats: Any) -> float | None:
 def test_recording_rules_give_the_monitors_numbers(tmp_path: Path) -> None:
     monitor, times, prom = backfilled(tmp_path)
     view = monitor.service.view
-    compared = baselines = hit_baselines = 0
+    compared = baselines = hit_baselines = positions = 0
     with prom:
         for window in ("1m", "5m"):
             rules = window_rules(window, "5m")  # the monitor's baseline_window there
@@ -73,6 +73,9 @@ def test_recording_rules_give_the_monitors_numbers(tmp_path: Path) -> None:
                     continue  # intermediate series: checked through the rules that read them
                 result = prom.query(expand(rule, rules), at=times[-1])
                 assert all(r["metric"].get("model") == MODEL for r in result), (rule.record, result)
+                if rule.record == "inference_spec_decode_position_acceptance_ratio":
+                    positions += _compare_positions(rule, result, view, window)
+                    continue
                 by_target = {r["metric"].get("target"): float(r["value"][1]) for r in result}
                 for target in (None, "a", "b"):
                     if (target is None) != rule.fleet:
@@ -102,6 +105,21 @@ def test_recording_rules_give_the_monitors_numbers(tmp_path: Path) -> None:
     assert compared >= 2 * 3 * 17, compared
     assert baselines == 2 * 3  # covered (>= 90 % of the 5m baseline) for both windows, per target and fleet
     assert hit_baselines == 2 * 3  # the prefix-cache hit ratio against its baseline: the same coverage
+    assert positions == 2 * 3 * 3  # vLLM 0.33's three draft positions, per target and fleet, both windows
+
+
+def _compare_positions(rule: Rule, result: list[dict[str, Any]], view: Any, window: str) -> int:
+    """The per-position acceptance: one series per (target, position), each the monitor's."""
+    got = {(r["metric"].get("target"), r["metric"]["position"]): float(r["value"][1]) for r in result}
+    expected = {}
+    for target in ((None,) if rule.fleet else ("a", "b")):
+        stats = view.fleet[(MODEL, window)] if target is None else view.targets[target].stats[(MODEL, window)]
+        expected.update({(target, p): v for p, v in stats.spec_decode_position_acceptance.items()})
+    assert got == pytest.approx(expected, rel=1e-9), (rule.record, rule.fleet, window)
+    if not rule.fleet:  # the pages accept the later positions less often from step 20 on (target a)
+        assert expected[("a", "2")] / expected[("a", "0")] != pytest.approx(
+            expected[("b", "2")] / expected[("b", "0")], rel=1e-3)
+    return len(expected)
 
 
 class _RulesServer(PrometheusServer):
@@ -138,4 +156,4 @@ def test_shipped_rules_evaluate_in_prometheus() -> None:
     assert gauges
     unhealthy = [(r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r["health"] != "ok"]
     assert not unhealthy, unhealthy
-    assert sum(len(g["rules"]) for g in groups) == 219
+    assert sum(len(g["rules"]) for g in groups) == 225

@@ -564,3 +564,15 @@ def test_vllm_speculative_decoding_acceptance(vllm: dict[str, float]) -> None:
     assert vllm[svc("inference_spec_decode_acceptance_length")] == pytest.approx(1 + accepted / drafts, rel=1e-6)
     # Fed per tick: 10 drafts, 30 draft tokens, 18 accepted.
     assert close(accepted / proposed, 0.6, 0.01) and close(1 + accepted / drafts, 2.8, 0.01)
+
+
+def test_vllm_speculative_decoding_acceptance_per_position(vllm: dict[str, float]) -> None:
+    args = ("vllm-0.33.0_t0.prom", "vllm-0.33.0_t60.prom", vllm_elapsed())
+    drafts = reference_rate("vllm:spec_decode_num_drafts_total", *args)
+    for position, fed in {"0": 8, "1": 6, "2": 4}.items():
+        accepted = reference_rate("vllm:spec_decode_num_accepted_tokens_per_pos_total", *args,
+                                  keep=lambda labels, p=position: labels.get("position") == p)  # type: ignore[misc]
+        got = vllm[svc("inference_spec_decode_position_acceptance_ratio", position=position)]
+        assert got == pytest.approx(accepted / drafts, rel=1e-6)
+        assert close(got, fed / 10, 0.01)  # fed per tick: 10 drafts, (8, 6, 4) accepted at positions 0, 1, 2
+    assert not any("position=\"3\"" in key for key in vllm)
