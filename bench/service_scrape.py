@@ -1,7 +1,11 @@
 """Scrape + parse + derive of one engine page, side by side with the real Prometheus.
 
 Both scrape the same loopback pages once a second in the same run; we report our median
-collection time per page next to Prometheus' median `scrape_duration_seconds` and the ratio.
+collection time per page next to Prometheus' median `scrape_duration_seconds` and the ratio,
+then where our time goes: each stage of the scrape path run alone on the last page fetched
+(median over repeats): the HTTP fetch, the text check, engine detection, the parse, the
+extraction, the series store, the target's derivation and the view (the two the ratio covers
+end there), and the /metrics render after them.
 
     python -m bench.service_scrape [--seconds 40]
 """
@@ -20,15 +24,55 @@ from bench.pageserver import PageServer, growing
 from bench.promserver import PrometheusServer
 from monitor.config import load_settings
 from monitor.health import HealthBook
+from monitor.promtext import check_text
 from monitor.scrape import fetch_page_core
-from monitor.service.collector import ServiceCollector
+from monitor.service.collector import ServiceCollector, TargetState
+from monitor.service.engines import detect
+from monitor.service.extract import extract
+from monitor.service.render import render_service
+
+Stages = dict[str, float]  # stage -> median seconds
+REPEATS = 30
 
 
 def variants(text: str, count: int) -> list[bytes]:
     return [grown(text, 1 + 0.01 * i).encode() for i in range(count)]
 
 
-async def measure(url: str, seconds: float) -> tuple[list[float], list[float]]:
+def stages(collector: ServiceCollector, state: TargetState, text: str, openmetrics: bool) -> Stages:
+    """Each step of `_ingest` + derive + view on `text`, alone, on the collector's own state."""
+    prefix, times = state.target.metric_prefix, {}
+    spec = detect(text, prefix, state.target.engine)
+    assert spec is not None
+    page = state.parser.parse(text, spec.page_names(prefix), openmetrics)
+    ts = [state.latest.ts if state.latest else time.time()]
+
+    def snapshot() -> object:
+        ts[0] += 1.0
+        return extract(page, spec, ts[0], state.target.model or "unknown")
+
+    steps: dict[str, object] = {
+        "check": lambda: check_text(text),
+        "detect": lambda: detect(text, prefix, state.target.engine),
+        "parse": lambda: state.parser.parse(text, spec.page_names(prefix), openmetrics),
+        "extract": snapshot,
+        "store": lambda: state.store.append(snapshot()),  # minus the extract above
+        "derive": lambda: collector._derive_target(state, ts[0]),
+        "view": lambda: collector.assemble(ts[0]),
+        "render": lambda: list(render_service(collector.view)),
+    }
+    for name, step in steps.items():
+        runs = []
+        for _ in range(REPEATS):
+            started = time.perf_counter()
+            step()  # type: ignore[operator]
+            runs.append(time.perf_counter() - started)
+        times[name] = statistics.median(runs)
+    times["store"] = max(0.0, times["store"] - times["extract"])
+    return times
+
+
+async def measure(url: str, seconds: float) -> tuple[list[float], list[float], Stages]:
     settings = load_settings(None, {"service": {
         "windows": ["1m", "5m"], "targets": [{"name": "bench", "url": url}]}}).service
     async with httpx.AsyncClient(trust_env=False) as client:
@@ -46,10 +90,12 @@ async def measure(url: str, seconds: float) -> tuple[list[float], list[float]]:
         http = []  # the HTTP path alone, on the same kept-alive connection
         for _ in range(50):
             started = time.perf_counter()
-            await fetch_page_core(pool, url, 10.0, settings.max_page_bytes)
+            fetched = await fetch_page_core(pool, url, 10.0, settings.max_page_bytes)
             http.append(time.perf_counter() - started)
+        breakdown = {"http": statistics.median(http[5:]),
+                     **stages(collector, collector.targets["bench"], fetched.text, fetched.openmetrics)}
         await collector.aclose()
-    return timings[3:], http[5:]  # the first scrapes fill caches and windows
+    return timings[3:], http[5:], breakdown  # the first scrapes fill caches and windows
 
 
 def main() -> None:
@@ -62,9 +108,9 @@ def main() -> None:
     with PageServer(served) as server:
         jobs = {path.strip("/"): [f"{server.base}{path}"] for path in pages}
         with PrometheusServer(jobs, interval="1s") as prom:
-            rows = []
+            rows, breakdowns = [], {}
             for path, text in pages.items():
-                ours, http = asyncio.run(measure(f"{server.base}{path}", args.seconds / 2))
+                ours, http, breakdowns[path] = asyncio.run(measure(f"{server.base}{path}", args.seconds / 2))
                 job = path.strip("/")
                 expr = f'quantile_over_time(0.5, scrape_duration_seconds{{job="{job}"}}[{int(args.seconds)}s])'
                 result = prom.query(expr)
@@ -76,6 +122,13 @@ def main() -> None:
     for path, size, ours_s, http_s, theirs_s in rows:
         print(f"{path:<8} {size:>9} {ours_s * 1000:>12.2f} {http_s * 1000:>8.2f} {theirs_s * 1000:>14.2f} "
               f"{ours_s / theirs_s:>6.2f} {http_s / theirs_s:>10.2f}")
+    # Where the time goes, stage by stage (ms); `scrape path` sums http..view, what the ratio covers.
+    names = list(next(iter(breakdowns.values())))
+    print()
+    print(f"{'page':<8} " + " ".join(f"{n:>8}" for n in names) + f" {'scrape path':>12}")
+    for path, times in breakdowns.items():
+        path_s = sum(v for k, v in times.items() if k != "render")
+        print(f"{path:<8} " + " ".join(f"{times[n] * 1000:>8.2f}" for n in names) + f" {path_s * 1000:>12.2f}")
 
 
 if __name__ == "__main__":
