@@ -131,3 +131,34 @@ def test_repeated_log_lines_are_counted_not_written() -> None:
     clock[0] = 30.0
     plain = record("accept failed: %s", "Too many open files")
     assert repeat.filter(plain) and plain.getMessage() == "accept failed: Too many open files"
+
+
+def test_a_flood_that_stops_still_gets_its_count_written() -> None:
+    clock = [0.0]
+    repeat = RepeatFilter(10.0, clock=lambda: clock[0])
+    logger = logging.getLogger("infermon.test.flood")
+    written: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            written.append(record.getMessage())
+
+    handler = Collect()
+    handler.addFilter(repeat)
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        for _ in range(500):
+            clock[0] += 0.001
+            logger.warning("accept failed: %s", "Too many open files")
+        assert written == ["accept failed: Too many open files"]
+        clock[0] = 5.0
+        assert repeat.flush() == 0  # the window has not passed: nothing to say yet
+        clock[0] = 11.0  # the flood stopped; no new line brings its count out
+        assert repeat.flush() == 1
+        assert written[-1] == "accept failed: Too many open files (repeated 499 times in the last 11 s, then no more)"
+        assert repeat.flush() == 0  # said once
+        logger.warning("accept failed: %s", "Too many open files")
+        assert written[-1] == "accept failed: Too many open files"  # a new flood starts with its first line
+    finally:
+        logger.removeHandler(handler)
