@@ -102,10 +102,13 @@ SCENARIOS: tuple[Scenario, ...] = (
              healthy_s=360.0),  # 6 min: the 5-min baseline window covered (#17.2 wants >= 90 % of it)
     # A new system prompt: the cache finds a fifth of what it found. Its alert compares the 5-min hit
     # ratio with an hour's baseline (covered first) for 15 minutes; the longer prefills stay far from
-    # the TTFT threshold at the demo's prompt lengths.
+    # the TTFT threshold at the demo's prompt lengths. ThroughputDrop is allowed, not expected: the
+    # hour's throughput baseline is ready only from the fault on, and the demo rules' 1-min window
+    # holds ~8 requests at 45x, whose generated tokens swing +-30 % (measured: the ratio touched
+    # 0.70 in the clear phase of a quiet run, and crossed it for 30 s in 3 of 5 runs).
     Scenario("prefix_cache_loss", "the prefix cache keeps a fifth of its hits (whole blocks: none of short prompts)",
              (("prefix_cache_loss", 0.2),), "PrefixCacheHitRatioDrop", "prefix_cache_drop",
-             healthy_s=3360.0, baseline_window="1h", fault_max_s=1500.0),
+             allow=frozenset({"ThroughputDrop"}), healthy_s=3360.0, baseline_window="1h", fault_max_s=1500.0),
     Scenario("judge_failing", "every judge call answers HTTP 400; today's run is redone",
              (("judge_failing", 1.0),), "QualityJudgeFailing", "judge_failing"),
     Scenario("engine_unrecognised", "the page answers 200 with families no engine table knows",
