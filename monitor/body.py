@@ -8,9 +8,13 @@ lone surrogate (which no database can store as UTF-8) is a 400, never a 500.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from fastapi import HTTPException, Request
+from starlette.requests import ClientDisconnect
+
+log = logging.getLogger("monitor.api")
 
 MAX_DEPTH = 64  # Alertmanager's payload is 4 deep, a request-log sample about 6
 
@@ -21,11 +25,18 @@ async def read_limited(request: Request, limit: int) -> bytes:
         raise HTTPException(413, f"body larger than {limit} bytes")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPException(413, f"body larger than {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise HTTPException(413, f"body larger than {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        # Nobody is left to answer (a client that gave up, a sender stopped mid-post): one line, not
+        # a traceback, and nothing of the partial body is stored.
+        log.info("%s %s: the client went away after %d of %s bytes of the body; nothing stored",
+                 request.method, request.url.path, size, declared or "?")
+        raise HTTPException(400, "the client went away before the body was read") from None
     return b"".join(chunks)
 
 

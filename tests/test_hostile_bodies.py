@@ -5,6 +5,7 @@ a lone surrogate, a 30-digit token count) is a 4xx, never a 500; a full disk is 
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -142,3 +143,26 @@ def test_full_disk_is_503_on_both_write_routes() -> None:
         while httpx.post(f"{url}/api/v1/samples", json=bulky, headers=AUTH).status_code != 202:
             assert time.monotonic() < deadline
             time.sleep(0.05)
+
+
+@pytest.mark.parametrize("path", ["/api/v1/alertmanager", "/api/v1/samples"])
+def test_a_client_that_goes_away_mid_body_gets_a_line_not_a_traceback(
+        path: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A sender stopped mid-post (the demo's request-log feed when the demo stops did this): the
+    route said so in a traceback ("Exception in ASGI application: ClientDisconnect")."""
+    caplog.set_level(logging.INFO)
+    with served() as (monitor, url):
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall((f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          f"Authorization: Bearer {TOKEN}\r\nContent-Length: 10000\r\n\r\n").encode() + b'[{"model"')
+        deadline = time.monotonic() + 20
+        while not any("the client went away" in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline, [r.getMessage() for r in caplog.records]
+            time.sleep(0.05)
+        assert httpx.get(f"{url}/healthz").status_code == 200
+        assert monitor.quality.store.samples_between(0, 2e10) == []
+    line = next(r.getMessage() for r in caplog.records if "the client went away" in r.getMessage())
+    assert line == f"POST {path}: the client went away after 9 of 10000 bytes of the body; nothing stored"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], \
+        [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
