@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobEvent
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
@@ -29,6 +30,8 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         scheduler = AsyncIOScheduler(timezone=UTC)
         app.state.scheduler = scheduler
+        scheduler.add_listener(lambda event: _skipped(monitor, event), EVENT_JOB_MAX_INSTANCES)
+        quiet_skips()
         _on_sighup(monitor)
         loops: list[asyncio.Task[object]] = []
         if schedule:
@@ -124,6 +127,25 @@ async def _run_loop(monitor: Monitor, job: Job) -> object:
     monitor.health.stopped(job.name, "its loop returned")
     log.error("job %s stopped: its loop returned", job.name)
     return result
+
+
+def _skipped(monitor: Monitor, event: JobEvent) -> None:
+    """A run skipped because the last one still runs: counted (the scheduler's own warning for
+    each skip is filtered out of the log, see `quiet_skips`; the job's lag shows in its health)."""
+    monitor.health.job(event.job_id).skipped += 1
+
+
+class _NoSkipLines(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "maximum number of running instances reached" not in record.getMessage()
+
+
+def quiet_skips() -> None:
+    """Under load the 1-s jobs are skipped every second, and APScheduler warns each time: one line
+    per skip drowned the log. The count is inference_monitor_job_skipped_runs_total instead."""
+    scheduler_log = logging.getLogger("apscheduler.scheduler")
+    if not any(isinstance(f, _NoSkipLines) for f in scheduler_log.filters):
+        scheduler_log.addFilter(_NoSkipLines())
 
 
 def _add_job(scheduler: AsyncIOScheduler, monitor: Monitor, job: Job) -> None:

@@ -146,6 +146,7 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef("inference_monitor_scrapes_skipped_total", "counter", ("collector",), "Scrapes not started at their slot because the target's previous scrape was still running or the loop fell behind by a whole interval.", "service"),
         MetricDef("inference_monitor_job_healthy", "gauge", ("job",), "1 while the scheduled job makes progress; 0 when it stopped or its last good step is older than a few intervals (/healthz then fails).", "self"),
         MetricDef("inference_monitor_job_last_progress_timestamp_seconds", "gauge", ("job",), "Unix time the job's last step ended without an error.", "self"),
+        MetricDef("inference_monitor_job_skipped_runs_total", "counter", ("job",), "Runs of the job the scheduler skipped because the previous run was still going (one at a time, never stacked): counted here, not logged once per skip.", "self"),
         MetricDef("inference_monitor_job_errors_total", "counter", ("job",), "Unexpected exceptions caught in the job's steps (each logged; the job went on).", "self"),
         MetricDef("inference_monitor_event_loop_lag_seconds", "gauge", ("stat",), "How late the event loop woke from a 0.1 s sleep: the last wake-up (stat=last) and the latest minute's largest (stat=max_1m): the delay /healthz sees too.", "self"),
         MetricDef("inference_monitor_config_last_reload_successful", "gauge", (), "0 when the last configuration reload (SIGHUP) failed; the running configuration was kept.", "self"),

@@ -122,6 +122,7 @@ def render_jobs(book: HealthBook) -> Iterator[Metric]:
     healthy = family("inference_monitor_job_healthy")
     progress = family("inference_monitor_job_last_progress_timestamp_seconds")
     errors = family("inference_monitor_job_errors_total")
+    skipped = family("inference_monitor_job_skipped_runs_total")
     now = book.wall()
     for job in list(book.jobs.values()):
         if job.interval_seconds is None:
@@ -131,9 +132,11 @@ def render_jobs(book: HealthBook) -> Iterator[Metric]:
         if job.last_progress is not None:
             progress.add_sample(progress.name, labels, job.last_progress)
         errors.add_sample(f"{errors.name}_total", labels, float(job.errors))
+        skipped.add_sample(f"{skipped.name}_total", labels, float(job.skipped))
     yield healthy
     yield progress
     yield errors
+    yield skipped
 
 
 @dataclass(frozen=True)

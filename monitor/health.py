@@ -65,6 +65,7 @@ class JobProgress:
     last_error_at: float | None = None
     failing: bool = False  # the last step failed
     errors: int = 0
+    skipped: int = 0  # runs the scheduler skipped because the previous one still ran (max_instances=1)
     stopped: str | None = None  # why the job ended, if it did
 
     def stale_after(self) -> float:

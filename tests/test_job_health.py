@@ -118,3 +118,32 @@ def test_a_job_that_makes_no_progress_fails_healthz() -> None:
             assert reply.status_code == 503
             assert reply.json()["jobs"]["infra"] == "no progress for 600s (expected every 0.2s)"
             assert 'inference_monitor_job_healthy{job="infra"} 0.0' in client.get("/metrics").text
+
+
+def test_a_skipped_run_is_counted_not_logged_each_time(caplog: pytest.LogCaptureFixture) -> None:
+    """A job still running when its next run is due is skipped (one at a time, never stacked).
+    APScheduler warned once per skip: under load, a line a second for each 1-s job."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+
+    async def slow() -> None:
+        await asyncio.sleep(1.5)  # seven intervals of 0.2 s
+
+    with PageServer() as pages:
+        pages.set("/a", Page(FIXTURE))
+        monitor = fast_monitor(pages)
+        infra: Job = next(job for job in monitor.jobs if job.name == "infra")
+        run: Callable[[], Awaitable[Any]] = slow
+        infra.run = run
+        with serve_app(monitor) as url, httpx.Client(base_url=url) as client:
+            def skips() -> float:  # /metrics is rendered a tick after the count changes
+                text = client.get("/metrics").text
+                found = [line for line in text.splitlines()
+                         if line.startswith('inference_monitor_job_skipped_runs_total{job="infra"}')]
+                return float(found[0].split()[-1]) if found else 0.0
+
+            wait_until(lambda: skips() >= 3)
+            metrics = client.get("/metrics").text
+    assert 'inference_monitor_job_skipped_runs_total{job="delivery"} 0.0' in metrics  # a quick job skips none
+    assert not [r for r in caplog.records if "maximum number of running instances" in r.getMessage()]
