@@ -69,5 +69,6 @@ def test_emitted_families_equal_the_catalog() -> None:
     # carries the configuration-reload gauge, the scheduled jobs' progress and the event-loop lag.
     whole_monitor = {"inference_monitor_config_last_reload_successful", "inference_monitor_job_healthy",
                      "inference_monitor_job_last_progress_timestamp_seconds", "inference_monitor_job_errors_total",
+                     "inference_monitor_job_skipped_runs_total",
                      "inference_monitor_event_loop_lag_seconds"}
     assert emitted == expected - whole_monitor
