@@ -8,12 +8,12 @@ per series before anything is summed. Gauges are combined per model right away.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from monitor.promtext import Labels, Page, go_float
-from monitor.service.engines import HTTP_API_PREFIX, HTTP_LABELS, EngineSpec, GaugeSpec
+from monitor.service.engines import HTTP_API_PREFIX, HTTP_LABELS, EngineSpec, GaugeSpec, Selector
 
 ModelOf = Callable[[Labels], str]
 BucketKey = tuple[Labels, float]
@@ -67,25 +67,13 @@ def extract(page: Page, spec: EngineSpec, ts: float, default_model: str) -> Snap
     for metric, selectors in spec.counters.items():
         per_model: dict[str, dict[Labels, float]] = {}
         for selector in selectors:
-            for labels, value in page.series(selector.sample).items():
-                if not selector.accepts(labels):
-                    continue
-                if not math.isfinite(value):
-                    dropped.add((selector.sample, labels))
-                    continue
-                key = ((selector.sample, ""), *labels)
+            for labels, key, value in _counter_series(page, selector, dropped):
                 per_model.setdefault(model_of(labels), {})[key] = value
         if per_model:
             snap.counters[metric] = per_model
     for metric, (selector, label) in spec.counters_by.items():
-        for labels, value in page.series(selector.sample).items():
-            if not selector.accepts(labels):
-                continue
-            if not math.isfinite(value):
-                dropped.add((selector.sample, labels))
-                continue
+        for labels, key, value in _counter_series(page, selector, dropped):
             split = f"{metric}/{dict(labels).get(label, '')}"
-            key = ((selector.sample, ""), *labels)
             snap.counters.setdefault(split, {}).setdefault(model_of(labels), {})[key] = value
     snap.non_finite += len(dropped)
     for metric, candidates in spec.histograms.items():
@@ -110,6 +98,18 @@ def extract(page: Page, spec: EngineSpec, ts: float, default_model: str) -> Snap
         snap.lora = _lora(page.series(spec.lora_info))
     _extract_http(page, snap)
     return snap
+
+
+def _counter_series(page: Page, selector: Selector, dropped: set[tuple[str, Labels]]) -> Iterator[
+        tuple[Labels, Labels, float]]:
+    """(labels, series key, value) of the selector's finite samples it accepts; non-finite ones go to `dropped`."""
+    for labels, value in page.series(selector.sample).items():
+        if not selector.accepts(labels):
+            continue
+        if not math.isfinite(value):
+            dropped.add((selector.sample, labels))
+            continue
+        yield labels, ((selector.sample, ""), *labels), value
 
 
 def _lora(series: dict[Labels, float]) -> LoraState | None:
