@@ -14,7 +14,7 @@ import logging
 import signal
 import socket
 import tempfile
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -45,9 +45,12 @@ DEMO_STATE = Path("infermon-demo.db")  # kept between demos only with --keep-sta
 
 
 def demo_settings(sim_url: str, port: int, extra: dict[str, Any] | None = None,
-                  state: Path = DEMO_STATE) -> Settings:
+                  state: Path = DEMO_STATE, rules: Sequence[Path] | None = None) -> Settings:
     """Short intervals so every number shows within a minute; otherwise the defaults. `state` is
-    the SQLite file of alerts, runs and history."""
+    the SQLite file of alerts, runs and history; `rules` the rule files (the demo's, written to a
+    temporary folder, by default)."""
+    if rules is None:
+        rules = demo_rules(Path(tempfile.mkdtemp(prefix="infermon-demo-rules-")))
     sections: dict[str, Any] = {
         "server": {"host": "127.0.0.1", "port": port},
         "service": {
@@ -73,7 +76,7 @@ def demo_settings(sim_url: str, port: int, extra: dict[str, Any] | None = None,
         },
         # The fault cycle shows each probable cause once (monitor.sim.faults.demo_schedule): rules
         # on the 1m window with short `for`, and the recording's 93 % memory fill counted as full.
-        "alerting": {"rules_files": [str(p) for p in demo_rules(Path(tempfile.mkdtemp(prefix="infermon-demo-rules-")))],
+        "alerting": {"rules_files": [str(p) for p in rules],
                      "causes": {"gpu_memory_ratio": 0.9}},
     }
     for section, values in (extra or {}).items():

@@ -98,11 +98,13 @@ CYCLE_KEEP_FIRING = "15s"
 KEEP_FIRING = "5m"
 
 
-def demo_rules(directory: Path) -> list[Path]:
+def demo_rules(directory: Path, cycle_keep_firing: str = CYCLE_KEEP_FIRING) -> list[Path]:
     """The shipped rule files as the demo loads them: the 1m window instead of 5m; the cycle's
     alerts with `for` at most 30 s, so a 90-s fault shows its alert and the alert resolves before
-    the next one; hysteresis (`keep_firing_for`) on every alert."""
+    the next one; hysteresis (`keep_firing_for`) on every alert, `cycle_keep_firing` on the
+    cycle's (the scorecard, one fault per run, holds them a whole window)."""
     out = []
+    directory.mkdir(parents=True, exist_ok=True)
     for name in SHIPPED_RULE_FILES:
         data = yaml.safe_load(resolve(Path(f"alerts/{name}.yml")).read_text())
         for group in data.get("groups", []):
@@ -114,7 +116,7 @@ def demo_rules(directory: Path) -> list[Path]:
                 cycle = rule["alert"] in CYCLE_ALERTS
                 if cycle and "for" in rule and Duration(str(rule["for"])).seconds > DEMO_FOR_S:
                     rule["for"] = f"{DEMO_FOR_S:g}s"
-                rule.setdefault("keep_firing_for", CYCLE_KEEP_FIRING if cycle else KEEP_FIRING)
+                rule.setdefault("keep_firing_for", cycle_keep_firing if cycle else KEEP_FIRING)
         path = directory / f"{name}.yml"
         path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
         out.append(path)

@@ -13,7 +13,7 @@ import dataclasses
 
 import pytest
 
-from bench.scenarios import HEALTHY, SCENARIOS, Outcome, Scenario, run_scenario
+from bench.scenarios import HEALTHY, SCENARIOS, Outcome, Scenario, Transition, run_scenario, score
 
 SPEED, SCRAPE_S = 45.0, 15.0  # 45x compressed; a cycle every 15 monitor seconds (the demo scrapes every 5)
 FAULT_MAX_S = 600.0  # an alert not firing within 10 monitor minutes of its fault counts as missed (a KV
@@ -38,9 +38,35 @@ def test_each_fault_raises_its_alert_with_its_cause_and_nothing_else(scenario: S
     assert outcome.cause_named in named, f"cause {outcome.cause_named!r}, not {scenario.cause!r}:\n{story}"
     assert outcome.unexpected == set(), story
     assert outcome.still_firing == set(), f"not resolved after the fault was cleared:\n{story}"
-    assert outcome.to_firing_s is not None and outcome.to_resolved_s is not None
+    assert outcome.to_firing_s is not None, story
+    assert outcome.to_resolved_s is not None, f"resolved before the fault was cleared:\n{story}"
 
 
 def test_the_healthy_run_raises_no_alert() -> None:
     outcome = asyncio.run(run_scenario(dataclasses.replace(HEALTHY, healthy_s=600.0), SPEED, SCRAPE_S))
     assert outcome.transitions == [], _story(outcome)
+
+
+def test_the_books_of_an_outcome() -> None:
+    # Without running a world: what counts as false, unexpected, still firing and resolved.
+    scenario = Scenario("s", "a fault", (("error_burst", 0.25),), "ErrorRateHigh", "engine_errors",
+                        allow=frozenset({"ThroughputDrop"}), world=frozenset({"CostIdleSpendHigh"}))
+    outcome = Outcome(scenario, fault_at=100.0, clear_at=200.0, healthy_s=100.0, transitions=[
+        Transition("healthy", 50.0, "CostIdleSpendHigh", "firing", "idle_spend"),  # true of the world
+        Transition("fault", 130.0, "ErrorRateHigh", "firing", "engine_errors"),
+        Transition("fault", 150.0, "ThroughputDrop", "firing", "traffic_drop"),
+        Transition("clear", 230.0, "ThroughputDrop", "resolved", "traffic_drop"),
+        Transition("clear", 260.0, "ErrorRateHigh", "resolved", "engine_errors"),
+    ])
+    assert outcome.false_alerts == [] and outcome.unexpected == set() and outcome.still_firing == set()
+    assert outcome.world_alerts == {"CostIdleSpendHigh"} and outcome.fired() == {"ErrorRateHigh", "ThroughputDrop"}
+    assert (outcome.to_firing_s, outcome.to_resolved_s, outcome.cause_verdict) == (30.0, 60.0, "right")
+    assert score([outcome]).false_alerts == 0 and score([outcome]).precision == 1.0
+    # Resolved while the fault still held, and not fired again: no time to resolution.
+    early = Transition("fault", 190.0, "ErrorRateHigh", "resolved", "engine_errors")
+    mid = dataclasses.replace(outcome, transitions=[*outcome.transitions[1:2], early])
+    assert mid.still_firing == set() and mid.to_resolved_s is None
+    # The same alert outside `world` is false, and one outside `allow` unexpected.
+    plain = dataclasses.replace(outcome, scenario=dataclasses.replace(scenario, world=frozenset(), allow=frozenset()))
+    assert [t.name for t in plain.false_alerts] == ["CostIdleSpendHigh"]
+    assert plain.unexpected == {"CostIdleSpendHigh", "ThroughputDrop"} and plain.still_firing == {"CostIdleSpendHigh"}
