@@ -2,8 +2,9 @@
 
 `prometheus_client.parser` builds a Metric object per family and a Sample per line; on a
 700 KB engine page that costs ~15x Prometheus' whole scrape. Here a page becomes plain
-dictionaries, only for the sample names the caller wants, and a label block seen on the
-previous scrape (the same bytes, every 15 s) is looked up instead of parsed again.
+dictionaries, only for the sample names the caller wants, and a line whose text before its value
+was read on an earlier scrape (the same bytes, every 15 s: only the values change) is looked up
+instead of parsed again: its value is the only thing read.
 
     parse(text, wanted={"vllm:num_requests_running", ...}) -> Page
     page.samples["vllm:num_requests_running"] == {(("engine", "0"), ("model_name", "m")): 12.0}
@@ -55,11 +56,39 @@ class Page:
         return self.samples.get(name, {})
 
 
-class Parser:
-    """A parser with a label-block cache; keep one per target so the cache stays warm."""
+_SKIP: tuple[str, Labels] = ("", ())
+"""A line head whose sample name the caller does not want (its name was checked)."""
+Heads = dict[str, tuple[str, Labels]]
+# The heads read under each `wanted` (kept with it: ids are reused), shared by every parser: what a
+# head means depends on the names wanted, not on the target, and the targets of one engine and
+# model write the same heads, so a fleet's parsers keep one copy of them.
+_SHARED_HEADS: dict[int, tuple[Wanted | None, Heads]] = {}
+_SHARED_LIMIT = 64  # `wanted` objects; the engine tables' are a handful
 
-    def __init__(self) -> None:
+
+def _shared_heads(wanted: Wanted | None) -> Heads:
+    entry = _SHARED_HEADS.get(id(wanted))
+    if entry is None or entry[0] is not wanted:
+        if len(_SHARED_HEADS) >= _SHARED_LIMIT:
+            _SHARED_HEADS.clear()
+        entry = _SHARED_HEADS[id(wanted)] = (wanted, {})
+    return entry[1]
+
+
+class Parser:
+    """A parser with a cache of line heads; keep one per target so the cache stays warm.
+
+    A line's head is its text before the last space: `name{labels}` when the line is
+    `name{labels} value`. A head is remembered, with the name the sample is filed under and its
+    labels, only after a full read of a line that was exactly `head value`; a later line with the
+    same head and a number after it is that same sample with a new value. Anything else (a
+    timestamp, an exemplar, a value that is not a number) takes the full read, which raises
+    where it must. Remembered heads belong to one `wanted`, and every parser shares them."""
+
+    def __init__(self, shared: bool = True) -> None:
         self._labels_cache: dict[str, tuple[str | None, Labels]] = {}
+        self._shared = shared  # False: heads of its own, from cold (`parse`, the tests' references)
+        self._heads: Heads = {}
         self._wanted_cache: dict[int, tuple[Wanted, dict[str, str], frozenset[str]]] = {}
         self._valid_names: set[str] = set()
         self._family_patterns: dict[str, re.Pattern[str]] = {}
@@ -68,6 +97,10 @@ class Parser:
         if len(self._labels_cache) > _CACHE_LIMIT:
             self._labels_cache.clear()
             self._valid_names.clear()
+        if self._shared:
+            self._heads = _shared_heads(wanted)
+        if len(self._heads) > _CACHE_LIMIT:
+            self._heads.clear()
         check_text(text)
         page = Page(openmetrics=openmetrics or _ends_with_eof(text))
         if text and not page.openmetrics and not text.endswith("\n"):
@@ -146,11 +179,32 @@ class Parser:
     ) -> bool:
         if start >= end:
             return saw_eof
+        heads, samples = self._heads, page.samples
         for index, line in enumerate(text[start:end].split("\n")):
             if saw_eof:
                 if line.strip():
                     raise PageError(f"line {_line_number(text, start, index)}: content after '# EOF'")
                 continue
+            head, _, tail = line.rpartition(" ")
+            known = heads.get(head)
+            if known is not None:
+                if known is _SKIP:
+                    continue
+                if "_" not in tail and tail.isascii():  # else Go's reading, in the full read
+                    try:
+                        value = float(tail)
+                    except ValueError:
+                        pass  # not a number: the full read below names what is wrong
+                    else:
+                        name, labels = known
+                        series = samples.get(name)
+                        if series is None:
+                            series = samples[name] = {}
+                        if labels in series:
+                            page.duplicates += 1
+                        else:
+                            series[labels] = value
+                        continue
             if not line or line.isspace():
                 continue
             if line[0] == "#":
@@ -184,6 +238,7 @@ class Parser:
                 after += 1
             if aliases is not None and name not in aliases:
                 self._check_name(name)  # not ours, but a broken line still fails the page
+                self._remember(line, None)
                 return
             self._check_name(name)
             if after < len(line) and line[after] == "{":
@@ -194,14 +249,22 @@ class Parser:
                 labels, rest = (), line[after:]
         if aliases is not None:
             if name not in aliases:
+                self._remember(line, None)
                 return
             name = aliases[name]
         value = _value(rest)
+        if rest.split() == [line.rpartition(" ")[2]]:  # `head value`, nothing after the value
+            self._remember(line, (name, labels))
         series = page.samples.setdefault(name, {})
         if labels in series:
             page.duplicates += 1  # first one wins, like a Prometheus scrape reports it
             return
         series[labels] = value
+
+    def _remember(self, line: str, sample: tuple[str, Labels] | None) -> None:
+        head, space, _ = line.rpartition(" ")
+        if space and head:
+            self._heads[head] = _SKIP if sample is None else sample
 
     def _quoted_name_sample(self, line: str) -> tuple[str, Labels, str]:
         quoted, labels, rest = self._labels_and_rest(line, 0)
@@ -347,7 +410,7 @@ def _snippet(line: str) -> str:
 
 def parse(text: str, wanted: Wanted | None = None, openmetrics: bool = False) -> Page:
     """Parse a page once, without a warm cache (tests, one-off reads)."""
-    return Parser().parse(text, wanted, openmetrics)
+    return Parser(shared=False).parse(text, wanted, openmetrics)
 
 
 def labels_dict(labels: Labels) -> dict[str, str]:

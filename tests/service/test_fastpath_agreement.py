@@ -21,6 +21,7 @@ from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from monitor import promtext
 from monitor.promtext import Labels, PageError, Parser, parse
 from monitor.service.engines import ENGINES, EngineSpec, detect
 from tests.conftest import FIXTURES
@@ -147,3 +148,74 @@ def test_engine_pages_as_openmetrics_with_an_unread_family_last(path: Path) -> N
     page = Parser().parse(text, spec.page_names(), openmetrics=True)
     assert page.samples == reference(text, spec.page_names(), True)
     assert page.samples  # the engine's families were read
+
+
+# What may follow a line's head on the next scrape: new numbers, Go-only numbers, a timestamp,
+# an exemplar, and what is not a value at all.
+NEXT_VALUES = ["7", "-0.5", "1e3", "+Inf", "NaN", "0x1p-2", "1_2", "١٢", "}", "", "x", "3 1712345678000",
+               "3\t1712345678000", '2 # {trace_id="a"} 0.5', "4\r", "5 6 7"]
+
+
+@st.composite
+def next_scrapes(draw: st.DrawFn) -> tuple[str, str]:
+    """A page, and the same page a scrape later: some lines keep their head and get a new value."""
+    first = draw(pages())
+    lines = first.split("\n")
+    for index, line in enumerate(lines):
+        if line and not line.startswith("#") and " " in line and draw(st.booleans()):
+            lines[index] = line.rpartition(" ")[0] + " " + draw(st.sampled_from(NEXT_VALUES))
+    return first, "\n".join(lines)
+
+
+def warm_parse(warm: Parser, text: str, names: dict[str, str]) -> dict[str, dict[Labels, str]] | None:
+    """The samples (values as text, so that NaN equals NaN), or None where the page is refused."""
+    try:
+        samples = warm.parse(text, names).samples
+    except PageError:
+        return None
+    return {name: {labels: repr(value) for labels, value in series.items()} for name, series in samples.items()}
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(next_scrapes())
+def test_a_parser_warm_from_the_last_scrape_equals_a_fresh_one(scrapes: tuple[str, str]) -> None:
+    # The heads a parser remembers from one scrape read the next one exactly as a fresh parser
+    # does: the same samples, or the same refusal.
+    first, second = scrapes
+    for spec in ENGINES:
+        names = spec.page_names()
+        warm = Parser(shared=False)
+        warm_parse(warm, first, names)
+        expected = warm_parse(Parser(shared=False), second, names)
+        assert warm_parse(warm, second, names) == expected
+        assert warm_parse(warm, second, names) == expected  # and warm from the page itself
+
+
+def test_a_remembered_head_reads_only_a_new_number() -> None:
+    parser = Parser(shared=False)
+    names = ENGINES[0].page_names()
+    line = 'vllm:num_requests_running{engine="0",model_name="m"}'
+    assert parser.parse(f"{line} 3\n", names).samples["vllm:num_requests_running"] == {
+        (("engine", "0"), ("model_name", "m")): 3.0}
+    assert parser.parse(f"{line} 4\n", names).samples["vllm:num_requests_running"] == {
+        (("engine", "0"), ("model_name", "m")): 4.0}
+    for bad in (f"{line} 1_2\n", f"{line} }}\n", f"{line} ١\n", f"{line} 1 2 3\n"):
+        with pytest.raises(PageError):
+            parser.parse(bad, names)
+    assert parser.parse(f"{line} 5 1712345678000\n{line} 6\n", names).duplicates == 1
+
+
+def test_parsers_share_the_heads_of_one_wanted(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two targets of one engine write the same heads: the second target's parser reads them from
+    # what the first one remembered (no label block parsed again), and gives what a cold parse gives.
+    names = ENGINES[0].page_names()
+    text = (FIXTURES / "sample_vllm_v1.prom").read_text()
+    Parser().parse(text, names)
+    again = re.sub(r"(?m) ([0-9.e+-]+)$", lambda m: f" {float(m.group(1)) + 1}", text)
+    expected = reference(again, names, False)
+    blocks: list[int] = []
+    parse_block = promtext._parse_label_block
+    monkeypatch.setattr(promtext, "_parse_label_block", lambda *a: blocks.append(1) or parse_block(*a))
+    assert Parser().parse(again, names).samples == expected
+    assert blocks == []
+    assert Parser(shared=False).parse(again, names).samples == expected and blocks  # a cold one parses them
