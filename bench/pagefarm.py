@@ -67,6 +67,7 @@ def _serve(sock: socket.socket, answers: list[bytes], step: float, stop: Event) 
 class PageFarm:
     def __init__(self, variants: list[bytes], processes: int = 2, step_seconds: float = 5.0) -> None:
         self.answers = [_HEAD.format(len(body)).encode() + body for body in variants]
+        self.page_bytes = len(variants[0]) if variants else 0
         self.step = step_seconds
         self.sockets: list[socket.socket] = []
         self.workers: list[multiprocessing.process.BaseProcess] = []

@@ -78,8 +78,9 @@ class PrometheusServer:
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
+        log_tail = (self.dir / "prometheus.log").read_text(errors="replace")[-2000:]  # stop() removes it
         self.stop()
-        raise RuntimeError(f"prometheus did not become ready; log: {(self.dir / 'prometheus.log').read_text()[-2000:]}")
+        raise RuntimeError(f"prometheus did not become ready; log: {log_tail}")
 
     def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
         params: dict[str, str] = {"query": expr}

@@ -1,11 +1,12 @@
 """N engine targets at 15 s: `infermon serve` beside the real Prometheus with the generated rules.
 
-Both scrape the same pages (the V1 fixture, 55 KB, counters growing) from a page farm of a few
-asyncio processes; Prometheus loads deploy/prometheus/recording.yml, so it computes the same
+Both scrape the same pages (the V1 fixture, 55 KB, counters growing; with `--models N` one
+engine serving N models, every vLLM family once per model) from a page farm of a few asyncio
+processes; Prometheus loads deploy/prometheus/recording.yml, so it computes the same
 service series the monitor does. After a warm-up, both are measured side by side: targets up,
 CPU (share of one core), RSS, and the latency of /healthz and /metrics, probed all along.
 
-    python -m bench.scale [--targets 1000] [--seconds 240] [--warmup 90]
+    python -m bench.scale [--targets 1000] [--models 10] [--seconds 240] [--warmup 90]
 
 Everything it starts (page farm processes, prometheus, the monitor) is stopped by pid at the end.
 """
@@ -29,7 +30,7 @@ import httpx
 import yaml
 
 from bench.pagefarm import PageFarm, process_cpu_seconds, process_rss_bytes
-from bench.pages import grown, v1_page
+from bench.pages import fleet_page, grown, v1_page
 from bench.promserver import PrometheusServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,8 +55,13 @@ class RulesPrometheus(PrometheusServer):
             "global": {"scrape_interval": self.interval, "evaluation_interval": self.interval},
             "rule_files": [str(RULES)],
             "scrape_configs": [{"job_name": "engines", "scrape_interval": self.interval,
-                                "scrape_timeout": "10s", "static_configs": groups}],
+                                "scrape_timeout": _timeout(self.interval), "static_configs": groups}],
         }
+
+
+def _timeout(interval: str) -> str:
+    """10 s, or the interval when shorter (Prometheus refuses a timeout above the interval)."""
+    return f"{min(10, int(interval.removesuffix('s')))}s"
 
 
 @dataclass
@@ -101,9 +107,9 @@ def monitor_config(urls: list[str], interval: int, port: int, workdir: Path) -> 
 
 
 def start_monitor(config: Path, port: int, workdir: Path) -> subprocess.Popen[bytes]:
-    log = (workdir / "infermon.log").open("wb")
-    process = subprocess.Popen([sys.executable, "-m", "monitor.cli", "serve", "-c", str(config)],
-                               stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    with (workdir / "infermon.log").open("wb") as log:  # the child writes its own copy of the fd
+        process = subprocess.Popen([sys.executable, "-m", "monitor.cli", "serve", "-c", str(config)],
+                                   stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -143,7 +149,7 @@ def prom_value(prom: PrometheusServer, expr: str) -> float | None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="infermon-scale-"))
     step = 5.0
-    base = v1_page()
+    base = v1_page() if args.models == 1 else fleet_page(engines=1, models=args.models)
     variants = [grown(base, 1 + 0.002 * i).encode() for i in range(int(args.seconds / step) + 40)]
     with PageFarm(variants, processes=args.processes, step_seconds=step) as farm:
         urls = farm.urls(args.targets)
@@ -189,6 +195,9 @@ def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer,
     durations = [r["scrape_duration_seconds"] for r in rows if r["scrape_duration_seconds"] is not None]
     return {
         "targets": args.targets,
+        "models": args.models,
+        "interval": args.interval,
+        "page_bytes": farm.page_bytes,
         "elapsed": elapsed,
         "up": {"infermon": monitor_up(metrics),
                "prometheus": int(prom_value(prom, 'count(up{job="engines"} == 1)') or 0)},
@@ -212,7 +221,8 @@ def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer,
 def report(result: dict[str, Any]) -> str:
     mib = 1024 * 1024
     lines = [
-        f"{result['targets']} targets at 15 s, measured over {result['elapsed']:.0f} s after the warm-up",
+        f"{result['targets']} targets at {result['interval']} s ({result['models']} model(s) a page, {result['page_bytes'] / 1024:.0f} KB), "
+        f"measured over {result['elapsed']:.0f} s after the warm-up",
         f"{'':<28} {'infermon serve':>22} {'prometheus + rules':>22}",
         f"{'targets up':<28} {result['up']['infermon']:>22} {result['up']['prometheus']:>22}",
         f"{'CPU (share of one core)':<28} {result['cpu']['infermon']:>21.0%} {result['cpu']['prometheus']:>21.0%}",
@@ -240,6 +250,7 @@ def report(result: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--targets", type=int, default=1000)
+    parser.add_argument("--models", type=int, default=1, help="models a page serves (1: the V1 fixture)")
     parser.add_argument("--interval", type=int, default=15)
     parser.add_argument("--seconds", type=float, default=240, help="total run, warm-up included")
     parser.add_argument("--warmup", type=float, default=90, help="5m windows need not be full; 1m ones do")

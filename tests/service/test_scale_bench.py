@@ -1,0 +1,36 @@
+"""bench/scale.py end to end at a toy size: the monitor and the real Prometheus with the generated
+rules scrape the same multi-model pages and both see every target and every model (the numbers
+themselves belong to the bench, on a quiet machine: docs/performance.md)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+
+import pytest
+
+from bench.pages import fleet_page
+from bench.scale import report, run
+
+pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None, reason="needs the Debian prometheus")
+
+
+def test_a_page_of_n_models_carries_every_family_once_per_model() -> None:
+    page = fleet_page(engines=1, models=10)
+    models = set(re.findall(r'model_name="([^"]+)"', page))
+    assert models == {f"org/model-{i}" for i in range(10)}
+    running = [line for line in page.splitlines() if line.startswith("vllm:num_requests_running{")]
+    assert len(running) == 10 and all('engine="0"' in line for line in running)
+
+
+def test_the_scale_bench_runs_both_sides_on_multi_model_pages() -> None:
+    args = argparse.Namespace(targets=3, models=2, interval=1, seconds=14.0, warmup=8.0, processes=1)
+    result = run(args)
+    assert result["up"] == {"infermon": 3, "prometheus": 3}
+    # Per target, model and window: the monitor's requests/s series and the recording rules' agree.
+    assert result["series"]["infermon"] == result["series"]["prometheus"] > 0
+    assert result["models"] == 2 and result["page_bytes"] > 55_000
+    text = report(result)
+    assert text.startswith("3 targets at 1 s (2 model(s) a page")
+    assert "ratios: CPU" in text and "RSS" in text
