@@ -221,7 +221,8 @@ def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer,
 def report(result: dict[str, Any]) -> str:
     mib = 1024 * 1024
     lines = [
-        f"{result['targets']} targets at {result['interval']} s ({result['models']} model(s) a page, {result['page_bytes'] / 1024:.0f} KB), "
+        f"{result['targets']} targets at {result['interval']} s ({result['models']} model(s) a page, "
+        f"{result['page_bytes'] / 1024:.0f} KB), "
         f"measured over {result['elapsed']:.0f} s after the warm-up",
         f"{'':<28} {'infermon serve':>22} {'prometheus + rules':>22}",
         f"{'targets up':<28} {result['up']['infermon']:>22} {result['up']['prometheus']:>22}",
