@@ -120,13 +120,14 @@ async def run_load(base_url: str, config: LoadConfig | None = None) -> LoadSumma
                 task = asyncio.create_task(_send(client, path, payload, summary))
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)
+            await _drain(in_flight, config.drain_timeout_s, summary)
         except asyncio.CancelledError:
-            # Stopped from outside (a test switching loads, the demo's slices): end the requests in
-            # flight before the client closes. Left running, they finish on a closed pool, which
-            # never closes their connections: unclosed sockets that a later test's GC reports.
+            # Stopped from outside (a test switching loads, the demo's slices), while sending or
+            # while waiting for the last answers: end the requests in flight before the client
+            # closes. Left running, they finish on a closed pool, which never closes their
+            # connections: unclosed sockets that a later test's GC reports.
             await _drain(in_flight, 0.0, summary)
             raise
-        await _drain(in_flight, config.drain_timeout_s, summary)
     summary.elapsed_s = loop.time() - start
     return summary
 

@@ -116,3 +116,24 @@ def test_a_cancelled_load_ends_its_requests_in_flight(start_sim) -> None:
         return {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
 
     assert asyncio.run(cancel_mid_flight()) == set()
+
+
+def test_a_load_cancelled_while_it_drains_ends_its_requests_in_flight(start_sim) -> None:
+    """The same, cancelled after its last arrival, while it waits for the requests in flight (the
+    demo's and the scorecard's slices spend most of their life there): the wait was cancelled, the
+    requests ran on, and the client closed under them (the scorecard leaked 3 sockets so, #17 item 8)."""
+    server = start_sim(SLOW)
+
+    async def cancel_while_draining() -> set[asyncio.Task[object]]:
+        load = LoadConfig(rps=20, duration_s=0.2, max_tokens=None, drain_timeout_s=60.0)
+        task = asyncio.create_task(run_load(server.url, load))
+        deadline = time.monotonic() + 10
+        while len(server.sim.running) < 3 or time.monotonic() < deadline - 9.5:  # past the arrivals
+            assert time.monotonic() < deadline, "no request reached the simulator"
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
+
+    assert asyncio.run(cancel_while_draining()) == set()
