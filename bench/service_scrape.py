@@ -28,7 +28,7 @@ from monitor.promtext import check_text
 from monitor.scrape import fetch_page_core
 from monitor.service.collector import ServiceCollector, TargetState
 from monitor.service.engines import detect
-from monitor.service.extract import extract
+from monitor.service.extract import Snapshot, extract
 from monitor.service.render import render_service
 
 Stages = dict[str, float]  # stage -> median seconds
@@ -47,9 +47,9 @@ def stages(collector: ServiceCollector, state: TargetState, text: str, openmetri
     page = state.parser.parse(text, spec.page_names(prefix), openmetrics)
     ts = [state.latest.ts if state.latest else time.time()]
 
-    def snapshot() -> object:
+    def snapshot() -> Snapshot:
         ts[0] += 1.0
-        return extract(page, spec, ts[0], state.target.model or "unknown")
+        return extract(page, spec, ts[0], state.target.model or "unknown", state.memo)
 
     steps: dict[str, object] = {
         "check": lambda: check_text(text),

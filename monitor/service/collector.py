@@ -51,7 +51,7 @@ from monitor.service.derive import (
 )
 from monitor.service.discovery import DiscoveryError, FileDiscovery
 from monitor.service.engines import EngineSpec, detect, find_engine, is_router
-from monitor.service.extract import LoraState, Snapshot, extract
+from monitor.service.extract import ExtractMemo, LoraState, Snapshot, extract
 from monitor.service.recognize import unrecognized_reason
 from monitor.service.series import SeriesStore
 from monitor.service.shard import owned
@@ -76,6 +76,7 @@ class Derived:
 class TargetState:
     target: Target
     parser: Parser = field(default_factory=Parser)
+    memo: ExtractMemo = field(default_factory=ExtractMemo)
     store: SeriesStore = field(default_factory=lambda: SeriesStore(0.0))
     baseline: SeriesStore = field(default_factory=lambda: SeriesStore(0.0))  # BASELINE_COUNTERS, lengths
     latest: Snapshot | None = None
@@ -327,7 +328,7 @@ class ServiceCollector:
             state.engine = spec
         page = state.parser.parse(text, spec.page_names(prefix), openmetrics)
         default_model = state.target.model or "unknown"
-        snap = extract(page, spec, ts, default_model)
+        snap = extract(page, spec, ts, default_model, state.memo)
         state.duplicates, state.non_finite = page.duplicates, snap.non_finite
         if page.duplicates:
             log.warning("target %s: %d duplicate series on the page (first one kept)", state.target.name,

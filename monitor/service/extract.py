@@ -8,9 +8,10 @@ per series before anything is summed. Gauges are combined per model right away.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import itemgetter
 
 from monitor.promtext import Labels, Page, go_float
 from monitor.service.engines import HTTP_API_PREFIX, HTTP_LABELS, EngineSpec, GaugeSpec, Selector
@@ -60,9 +61,33 @@ class Snapshot:
         return found
 
 
-def extract(page: Page, spec: EngineSpec, ts: float, default_model: str) -> Snapshot:
+@dataclass(slots=True)
+class _BucketPlan:
+    """How one bucket family's series split by model: which index of the family goes where."""
+
+    keys: tuple[Labels, ...]  # the family's label sets, in page order
+    models: list[tuple[str, list[BucketKey], Callable[[list[float]], Sequence[float]]]]
+
+
+class ExtractMemo:
+    """What the last extract of one target learned of its bucket families (the biggest part of a
+    page): a family whose label sets are the ones it had (the same objects, scrape after scrape)
+    splits by model as it did, and only its values are read."""
+
+    def __init__(self) -> None:
+        self.owner: tuple[int, str] | None = None
+        self.buckets: dict[str, _BucketPlan] = {}
+
+    def own(self, spec: EngineSpec, default_model: str) -> None:
+        if self.owner != (id(spec), default_model):  # another engine table or model: other plans
+            self.owner, self.buckets = (id(spec), default_model), {}
+
+
+def extract(page: Page, spec: EngineSpec, ts: float, default_model: str, memo: ExtractMemo | None = None) -> Snapshot:
     snap = Snapshot(ts=ts)
     model_of = _model_reader(spec, default_model)
+    if memo is not None:
+        memo.own(spec, default_model)
     dropped: set[tuple[str, Labels]] = set()  # a sample two selectors read is one dropped sample
     for metric, selectors in spec.counters.items():
         per_model: dict[str, dict[Labels, float]] = {}
@@ -79,7 +104,9 @@ def extract(page: Page, spec: EngineSpec, ts: float, default_model: str) -> Snap
     for metric, candidates in spec.histograms.items():
         base = next((c for c in candidates if f"{c}_bucket" in page.samples), None)
         if base is not None:
-            snap.buckets[metric] = _buckets(page.series(f"{base}_bucket"), model_of, snap)
+            family = f"{base}_bucket"
+            snap.buckets[metric] = _buckets(page.series(family), model_of, snap,
+                                            None if memo is None else (memo.buckets, family))
     dropped.clear()  # a gauge sample two tables read (a total and its per-rank split): one dropped
     for metric, gauge in spec.gauges.items():
         name = next((c for c in gauge.candidates if c in page.samples), None)
@@ -166,7 +193,17 @@ def _model_reader(spec: EngineSpec, default_model: str) -> ModelOf:
     return model_of
 
 
-def _buckets(series: dict[Labels, float], model_of: ModelOf, snap: Snapshot) -> dict[str, dict[BucketKey, float]]:
+def _buckets(series: dict[Labels, float], model_of: ModelOf, snap: Snapshot,
+             memo: tuple[dict[str, _BucketPlan], str] | None = None) -> dict[str, dict[BucketKey, float]]:
+    if memo is not None:
+        plans, name = memo
+        keys = tuple(series)
+        plan = plans.get(name)
+        if plan is None or plan.keys != keys:
+            plan = plans[name] = _bucket_plan(keys, model_of)
+        values = list(series.values())
+        if all(map(math.isfinite, values)):  # else the plain way below, which counts what it drops
+            return {model: dict(zip(identities, pick(values), strict=True)) for model, identities, pick in plan.models}
     per_model: dict[str, dict[BucketKey, float]] = {}
     for labels, value in series.items():
         if not math.isfinite(value):
@@ -176,6 +213,26 @@ def _buckets(series: dict[Labels, float], model_of: ModelOf, snap: Snapshot) -> 
         if identity is not None:
             per_model.setdefault(model_of(labels), {})[identity] = value
     return per_model
+
+
+def _bucket_plan(keys: tuple[Labels, ...], model_of: ModelOf) -> _BucketPlan:
+    indices: dict[str, tuple[list[BucketKey], list[int]]] = {}
+    for index, labels in enumerate(keys):
+        identity = _split_le(labels)
+        if identity is not None:
+            identities, positions = indices.setdefault(model_of(labels), ([], []))
+            identities.append(identity)
+            positions.append(index)
+    return _BucketPlan(keys, [(model, identities, _picker(positions))
+                              for model, (identities, positions) in indices.items()])
+
+
+def _picker(positions: list[int]) -> Callable[[list[float]], Sequence[float]]:
+    """The values at `positions`, in one C call (itemgetter of one index returns the value alone)."""
+    if len(positions) == 1:
+        (only,) = positions
+        return lambda values: (values[only],)
+    return itemgetter(*positions)
 
 
 @lru_cache(maxsize=65536)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -28,8 +29,13 @@ SeriesKey = tuple[str, str, str, Labels, float | None]
 GroupKey = tuple[str, str, str, float | None]
 """A series key without its labels: what rates are summed by (`sum by (le, model)`)."""
 
+Family = tuple[str, str, str]
+"""(kind, our metric, model): the series a snapshot keeps in one dict."""
+KeyOf = Callable[[Family, Any], SeriesKey]
+
 _TRIM_BATCH = 16  # drop old columns in batches: each drop copies the arrays
 Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
 
 
 class SeriesStore:
@@ -47,18 +53,22 @@ class SeriesStore:
         self._corr: Floats = np.zeros((0, 0))
         self._present = np.zeros((0, 0), dtype=np.int64)
         self._last_valid: Floats = np.full(0, math.nan)
+        self._family_rows: dict[Family, tuple[tuple[Any, ...], Ints]] = {}  # rows move: cleared then
 
     def append(self, snap: Snapshot) -> None:
-        rows: list[int] = []
-        values: list[float] = []
-        for key, value in _flatten(snap):
-            row = self.keys.get(key)
-            rows.append(self._add_row(key) if row is None else row)
-            values.append(value)
+        # The column first: trimming it may drop rows that aged out and move the others up, so
+        # rows are looked up after it (before, a row dropped here moved this scrape's values to
+        # the wrong rows, or out of range: the scrape failed).
         column = self._add_column(to_ms(snap.ts))
+        rows: list[Ints] = []
+        values: list[float] = []
+        for family, series, key_of in _families(snap):
+            rows.append(self._rows(family, series, key_of))
+            values.extend(series.values())
         n = len(self.keys)
         scraped = np.full(n, math.nan)
-        scraped[rows] = values
+        if rows:
+            scraped[np.concatenate(rows)] = values
         valid = ~np.isnan(scraped)
         last = self._last_valid[:n]
         with np.errstate(invalid="ignore"):
@@ -69,6 +79,21 @@ class SeriesStore:
         self._corr[:n, column] = previous_corr + np.where(reset, last, 0.0)
         self._present[:n, column] = previous_present + valid
         self._last_valid[:n] = np.where(valid, scraped, last)
+
+    def _rows(self, family: Family, series: dict[Any, float], key_of: KeyOf) -> Ints:
+        """The rows of one family's series, in the dict's order: as last time when its keys are the
+        same (the same objects, scrape after scrape: one comparison in C), else looked up."""
+        keys = tuple(series)
+        known = self._family_rows.get(family)
+        if known is not None and known[0] == keys:
+            return known[1]
+        rows = np.fromiter((self._row(key_of(family, key)) for key in keys), dtype=np.int64, count=len(keys))
+        self._family_rows[family] = (keys, rows)
+        return rows
+
+    def _row(self, key: SeriesKey) -> int:
+        row = self.keys.get(key)
+        return self._add_row(key) if row is None else row
 
     def rates(self, start: float, end: float) -> dict[GroupKey, float]:
         """Sum of Prometheus `rate()` per group over (start, end]: left-open, as Prometheus 3.x selects."""
@@ -169,6 +194,7 @@ class SeriesStore:
         self._last_valid[len(order) :] = math.nan
         new_index = {int(old): new for new, old in enumerate(order)}
         self.keys = {key: new_index[row] for key, row in self.keys.items() if row in new_index}
+        self._family_rows.clear()
 
     def _resize(self, rows: int, columns: int) -> None:
         old_rows, old_columns = self._values.shape
@@ -207,15 +233,21 @@ def to_ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-def _flatten(snap: Snapshot) -> Iterator[tuple[SeriesKey, float]]:
+def _families(snap: Snapshot) -> Iterator[tuple[Family, dict[Any, float], KeyOf]]:
+    """Each (kind, metric, model)'s series of a snapshot, with how a series' key is made."""
     for metric, by_model in snap.counters.items():
         for model, series in by_model.items():
-            for labels, value in series.items():
-                yield ("counter", metric, model, labels, None), value
+            yield ("counter", metric, model), series, _plain_key
     for metric, by_model_buckets in snap.buckets.items():
         for model, buckets in by_model_buckets.items():
-            for (labels, le), value in buckets.items():
-                yield ("bucket", metric, model, labels, le), value
+            yield ("bucket", metric, model), buckets, _bucket_key
     for kind, http_series in snap.http.items():
-        for labels, value in http_series.items():
-            yield ("http", kind, "", labels, None), value
+        yield ("http", kind, ""), http_series, _plain_key
+
+
+def _plain_key(family: Family, labels: Labels) -> SeriesKey:
+    return (*family, labels, None)
+
+
+def _bucket_key(family: Family, bucket: tuple[Labels, float]) -> SeriesKey:
+    return (*family, *bucket)

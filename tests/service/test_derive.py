@@ -145,3 +145,45 @@ def test_same_bound_written_differently_through_the_store() -> None:
     history = [snap(mixed(10), 0.0), snap(mixed(20), 30.0), snap(mixed(30), 60.0)]
     stats = stats_from_rates(window_rates(store(history), 60.0, Window("1m", 60))[MODEL], Objectives())
     assert stats.quantiles["ttft"][0.5] == pytest.approx(0.15)
+
+
+def test_a_series_gone_for_the_whole_retention_is_dropped_without_moving_the_others() -> None:
+    # Engine 0 stops after 10 scrapes; when its rows age out (trimmed with the columns), engine 1's
+    # rows move up, in the same append that writes engine 1's new value (and a new engine 2 joins).
+    series = SeriesStore(retention_seconds=30)
+    for i in range(80):
+        text = page({"+Inf": i}, 2.0 * i, "1")
+        if i < 10:
+            text += page({"+Inf": i}, 5.0 * i, "0")
+        if i >= 50:
+            text += page({"+Inf": i}, 3.0 * i, "2")
+        series.append(snap(text, float(i)))
+    assert not any(key[3] and ("engine", "0") in key[3] for key in series.keys)  # aged out
+    rates = window_rates(series, 79.0, Window("20s", 20))[MODEL]
+    assert rates.counters["requests"] == pytest.approx(2.0 + 3.0)
+
+
+def test_a_target_memo_reads_its_pages_as_a_fresh_extract_does() -> None:
+    # Scrape after scrape the memo splits bucket families by the plan of the last one; a page whose
+    # families changed (a bucket gone, a model added, a non-finite count, another default model)
+    # must read exactly as an extract without a memo reads it.
+    from monitor.promtext import Parser
+    from monitor.service.extract import ExtractMemo
+
+    ttft = {"0.1": 1.0, "1": 3.0, "+Inf": 4.0}
+    pages = [
+        page(ttft, 10.0),
+        page({le: c + 1 for le, c in ttft.items()}, 11.0),  # values only: the plan holds
+        page({"0.1": 2.0, "+Inf": 5.0}, 12.0),  # a bucket gone
+        page({"0.1": 2.0, "+Inf": 5.0}, 12.0) + page(ttft, 1.0, engine="1").replace(f'"{MODEL}"', '"other"'),
+        page({"0.1": float("nan"), "+Inf": 6.0}, 13.0),  # a non-finite count: dropped and counted
+        page({"0.1": 3.0, "+Inf": 7.0}, 14.0),
+    ]
+    parser, memo = Parser(), ExtractMemo()
+    for ts, text in enumerate(pages):
+        for default in ("unknown", "unknown", "pinned"):
+            parsed = parser.parse(text, VLLM_V1.wanted)
+            assert extract(parsed, VLLM_V1, float(ts), default, memo) == extract(parsed, VLLM_V1, float(ts), default)
+    fresh = extract(parse(pages[4], VLLM_V1.wanted), VLLM_V1, 4.0, "unknown")
+    assert fresh.non_finite == 1 and extract(parser.parse(pages[4], VLLM_V1.wanted), VLLM_V1, 4.0, "unknown",
+                                             memo).non_finite == 1
