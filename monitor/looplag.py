@@ -11,6 +11,7 @@ sees it without a client. Exported as the last lag and the largest over the last
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
@@ -29,6 +30,9 @@ class LoopLagProbe:
         self.window = window
         self.last = 0.0
         self.samples: deque[tuple[float, float]] = deque()  # (loop time woken, lag), oldest first
+        # The loop records; the publish thread reads while it renders /metrics: a deque mutated while
+        # iterated raises (seen beside two CPU hogs: the publish tick failed with a traceback).
+        self._lock = threading.Lock()
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -38,14 +42,16 @@ class LoopLagProbe:
             self.record(loop.time(), due)
 
     def record(self, woke: float, due: float) -> None:
-        self.last = max(0.0, woke - due)
-        self.samples.append((woke, self.last))
-        while self.samples and self.samples[0][0] < woke - self.window:
-            self.samples.popleft()
+        with self._lock:
+            self.last = max(0.0, woke - due)
+            self.samples.append((woke, self.last))
+            while self.samples and self.samples[0][0] < woke - self.window:
+                self.samples.popleft()
 
     def max_recent(self) -> float:
         # Under `run_once` (no loop of its own) nothing ran: 0, as the scrape lag reads then.
-        return max((lag for _, lag in self.samples), default=0.0)
+        with self._lock:
+            return max((lag for _, lag in self.samples), default=0.0)
 
     def status(self) -> dict[str, Any]:
         return {"tick_seconds": self.tick, "last_seconds": round(self.last, 6),

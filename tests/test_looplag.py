@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import sys
+import threading
 import time
 
 import httpx
@@ -91,3 +93,29 @@ def _max_on_page(page: str) -> float:
         if line.startswith('inference_monitor_event_loop_lag_seconds{stat="max_1m"}'):
             return float(line.split()[-1])
     return 0.0
+
+
+def test_the_publish_thread_reads_while_the_loop_records() -> None:
+    # The loop records; the publish thread renders max_1m at the same time. Unlocked, iterating the
+    # deque while it was appended to raised "deque mutated during iteration" (a hog run's demo log).
+    probe = LoopLagProbe(tick=0.001, window=0.05)
+    stop = threading.Event()
+
+    def record() -> None:
+        woke = 0.0
+        while not stop.is_set():
+            woke += 0.001
+            probe.record(woke, woke - 0.0005)
+
+    writer = threading.Thread(target=record)
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    writer.start()
+    try:
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            assert probe.max_recent() == pytest.approx(0.0005, abs=1e-9) or not probe.samples
+    finally:
+        stop.set()
+        writer.join()
+        sys.setswitchinterval(previous)
