@@ -97,25 +97,27 @@ def test_uniform_arrivals_do_not_drift_into_an_extra_request():
 
 
 
+async def cancel_once_running(server, load: LoadConfig, running: int) -> set[asyncio.Task[object]]:
+    """Start `load`, cancel it once `running` of its requests run in the simulator; the tasks left."""
+    task = asyncio.create_task(run_load(server.url, load))
+    deadline = time.monotonic() + 10
+    while len(server.sim.running) < running:
+        assert time.monotonic() < deadline, "the requests did not reach the simulator"
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
+
+
 def test_a_cancelled_load_ends_its_requests_in_flight(start_sim) -> None:
     """Cancelled from outside (a test switching loads), run_load ends the requests in flight before
     its client closes. Left running, they finished on the closed client's pool, which never closed
     their connections: unclosed sockets that a later test's garbage collection reported as an
     unraisable ResourceWarning (tests/alerting/test_context_sim.py[traffic_drop], #17 item 8)."""
     server = start_sim(SLOW)
-
-    async def cancel_mid_flight() -> set[asyncio.Task[object]]:
-        task = asyncio.create_task(run_load(server.url, LoadConfig(rps=40, duration_s=30, max_tokens=None)))
-        deadline = time.monotonic() + 10
-        while len(server.sim.running) < 3:
-            assert time.monotonic() < deadline, "no request reached the simulator"
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        return {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
-
-    assert asyncio.run(cancel_mid_flight()) == set()
+    load = LoadConfig(rps=40, duration_s=30, max_tokens=None)  # cancelled while it still sends
+    assert asyncio.run(cancel_once_running(server, load, 3)) == set()
 
 
 def test_a_load_cancelled_while_it_drains_ends_its_requests_in_flight(start_sim) -> None:
@@ -123,17 +125,5 @@ def test_a_load_cancelled_while_it_drains_ends_its_requests_in_flight(start_sim)
     demo's and the scorecard's slices spend most of their life there): the wait was cancelled, the
     requests ran on, and the client closed under them (the scorecard leaked 3 sockets so, #17 item 8)."""
     server = start_sim(SLOW)
-
-    async def cancel_while_draining() -> set[asyncio.Task[object]]:
-        load = LoadConfig(rps=20, duration_s=0.2, max_tokens=None, drain_timeout_s=60.0)
-        task = asyncio.create_task(run_load(server.url, load))
-        deadline = time.monotonic() + 10
-        while len(server.sim.running) < 3 or time.monotonic() < deadline - 9.5:  # past the arrivals
-            assert time.monotonic() < deadline, "no request reached the simulator"
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        return {t for t in asyncio.all_tasks() if t is not asyncio.current_task()}
-
-    assert asyncio.run(cancel_while_draining()) == set()
+    load = LoadConfig(rps=20, duration_s=0.2, max_tokens=None, drain_timeout_s=60.0)  # 4 arrivals
+    assert asyncio.run(cancel_once_running(server, load, 4)) == set()  # all 4 running: it drains
