@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Query
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 HERE = Path(__file__).parent
 MIN_REFRESH_SECONDS = 5
+REFRESH_HELP = ("seconds between the page's reloads (at least 5); 0: the page does not reload itself, "
+                "for reading a table or following a link without the page changing under the pointer")
 
 
 def environment() -> Environment:
@@ -36,8 +38,9 @@ def add_overview_routes(app: FastAPI, monitor: Monitor) -> None:
     router = APIRouter()
 
     @router.get("/", response_class=HTMLResponse)
-    async def page() -> HTMLResponse:  # on the loop, like /metrics: no race with the collectors
-        return HTMLResponse(render_page(template, monitor))
+    async def page(refresh: int | None = Query(None, ge=0, le=86400, description=REFRESH_HELP)) -> HTMLResponse:
+        # on the loop, like /metrics: no race with the collectors
+        return HTMLResponse(render_page(template, monitor, refresh))
 
     @router.get("/favicon.ico", include_in_schema=False)
     async def favicon() -> FileResponse:  # every page gets one (the quality report too): no 404 in consoles
@@ -47,12 +50,16 @@ def add_overview_routes(app: FastAPI, monitor: Monitor) -> None:
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
 
 
-def render_page(template: Any, monitor: Monitor) -> str:
+def render_page(template: Any, monitor: Monitor, refresh: int | None = None) -> str:
+    """`refresh`: the reader's choice of reload interval (0: none); by default the faster of the
+    two collection intervals, so each reload can show a new scrape."""
     from monitor.web.overview import overview  # here: `infermon status` imports this module's formats only
 
     data = overview(monitor)
-    refresh = max(MIN_REFRESH_SECONDS, int(min(monitor.settings.service.scrape_interval.seconds,
-                                                monitor.settings.infra.interval.seconds)))
+    if refresh is None:
+        refresh = int(min(monitor.settings.service.scrape_interval.seconds, monitor.settings.infra.interval.seconds))
+    if refresh:
+        refresh = max(MIN_REFRESH_SECONDS, refresh)
     return str(template.render(o=data, refresh=refresh, now=data["ts"], hour_start=data["ts"] - HOUR))
 
 

@@ -157,7 +157,8 @@ def test_the_quality_report_page_renders_its_charts(demo: Demo) -> None:
     o = all_four_layers(demo.url)
     report = o["quality"]["rows"][0]["report"]
     with browser_page() as (page, seen):
-        page.goto(f"{demo.url}/", wait_until="load")
+        # ?refresh=0: on a busy machine a reload every 5 s can come before the click lands
+        page.goto(f"{demo.url}/?refresh=0", wait_until="load")
         page.click(f'a[href="{report}"]')
         page.wait_for_load_state("load")
         assert page.url == f"{demo.url}{report}"

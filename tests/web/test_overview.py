@@ -127,8 +127,13 @@ def test_the_app_serves_the_page_and_its_stylesheet() -> None:
         with serve_app(monitor) as url, httpx.Client(base_url=url, timeout=10, trust_env=False) as client:
             page = client.get("/")
             css = client.get("/static/overview.css")
+            still, slow, floor, bad = (client.get("/", params={"refresh": v}) for v in ("0", "60", "1", "soon"))
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-    assert '<meta http-equiv="refresh"' in page.text and 'href="/static/overview.css"' in page.text
+    assert '<meta http-equiv="refresh" content="5">' in page.text and 'href="/static/overview.css"' in page.text
+    # the reader's choice: no reload at all (to read, to follow a link), a slower one, never under 5 s
+    assert still.status_code == 200 and 'http-equiv="refresh"' not in still.text and "not refreshing" in still.text
+    assert '<meta http-equiv="refresh" content="60">' in slow.text and 'content="5">' in floor.text
+    assert bad.status_code == 422 and "refresh" in bad.text
     assert css.status_code == 200 and css.headers["content-type"].startswith("text/css") and ".pill" in css.text
 
 
