@@ -19,6 +19,7 @@ from typing import Any
 
 import openai
 
+from monitor.aio import finish
 from monitor.canary import CANARY_HEADER
 from monitor.canary.outcome import Failure, Observed
 from monitor.config import CanaryProbe
@@ -52,7 +53,7 @@ class Prober:
         return text.replace(self._key, "<secret>") if self._key else text
 
     async def aclose(self) -> None:
-        await self._client.close()
+        await finish(self._client.close())
 
 
 def probe_prompt(probe: CanaryProbe) -> str:

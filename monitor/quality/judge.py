@@ -26,6 +26,7 @@ from typing import Any
 import openai
 from openai import AsyncOpenAI
 
+from monitor.aio import finish
 from monitor.config import JudgeSettings
 from monitor.store.quality import Verdict
 
@@ -194,7 +195,7 @@ class Judge:
         return Verdict(score, refusal, hallucination, reason, error, attempts, usage[0], usage[1], cost)
 
     async def aclose(self) -> None:
-        await self.client.close()
+        await finish(self.client.close())  # a run cancelled as it ends must still close every connection
 
 
 def parse_answer(content: str) -> tuple[int, bool, bool, str]:

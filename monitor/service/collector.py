@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import httpcore
 import httpx
 
+from monitor.aio import finish
 from monitor.config import ServiceSettings, ServiceTarget, Target
 from monitor.health import HealthBook
 from monitor.promtext import PageError, Parser, check_text
@@ -244,7 +245,7 @@ class ServiceCollector:
         if state.pool is None:
             return
         try:
-            task = asyncio.get_running_loop().create_task(state.pool.aclose())
+            task = asyncio.get_running_loop().create_task(finish(state.pool.aclose()))
         except RuntimeError:
             return  # no loop (start-up): nothing was opened yet
         self._closing.add(task)
@@ -252,7 +253,7 @@ class ServiceCollector:
 
     async def aclose(self) -> None:
         pools = [s.pool for s in self.targets.values() if s.pool is not None]
-        await asyncio.gather(*(p.aclose() for p in pools), *self._closing, return_exceptions=True)
+        await asyncio.gather(*(finish(p.aclose()) for p in pools), *self._closing, return_exceptions=True)
 
     async def collect(self) -> ServiceView:
         if self._discover():

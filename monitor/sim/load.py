@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 import httpx
 
+from monitor.aio import finish
+
 MAX_SAMPLES = 100_000
 
 
@@ -107,9 +109,8 @@ async def run_load(base_url: str, config: LoadConfig | None = None) -> LoadSumma
     loop = asyncio.get_running_loop()
     start = loop.time()
     in_flight: set[asyncio.Task[None]] = set()
-    async with httpx.AsyncClient(
-        base_url=base_url, timeout=config.request_timeout_s, limits=limits
-    ) as client:
+    client = httpx.AsyncClient(base_url=base_url, timeout=config.request_timeout_s, limits=limits)
+    try:
         try:
             for offset in arrival_offsets(config, rng):
                 await asyncio.sleep(max(0.0, start + offset - loop.time()))
@@ -125,9 +126,14 @@ async def run_load(base_url: str, config: LoadConfig | None = None) -> LoadSumma
             # Stopped from outside (a test switching loads, the demo's slices), while sending or
             # while waiting for the last answers: end the requests in flight before the client
             # closes. Left running, they finish on a closed pool, which never closes their
-            # connections: unclosed sockets that a later test's GC reports.
-            await _drain(in_flight, 0.0, summary)
+            # connections: unclosed sockets that a later test's GC reports. A second cancel
+            # must not cut this short either.
+            await finish(_drain(in_flight, 0.0, summary))
             raise
+    finally:
+        # A slice is often cancelled just as it closes (the demo's and the scorecard's loads stop
+        # their slices wherever they are): the close must still reach every connection.
+        await finish(client.aclose())
     summary.elapsed_s = loop.time() - start
     return summary
 

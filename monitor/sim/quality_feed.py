@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 import httpx
 import uvicorn
 
+from monitor.aio import finish
 from monitor.quality.sample import Sample
 from monitor.sim.judge import create_judge_app
 from monitor.sim.protocol import filler_text
@@ -63,8 +64,11 @@ async def feed_request_log(sim_url: str, monitor_url: str, count: int, concurren
         posted = await client.post(f"{monitor_url}/api/v1/samples", json=sample)
         stored += posted.json().get("stored", 0) if posted.status_code == 202 else 0
 
-    async with httpx.AsyncClient(timeout=120, trust_env=False) as client:
+    client = httpx.AsyncClient(timeout=120, trust_env=False)
+    try:
         await asyncio.gather(*(one(client, i) for i in range(count)), return_exceptions=True)
+    finally:
+        await finish(client.aclose())
     return stored
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from monitor.aio import finish
 from monitor.quality.sample import Sample
 
 log = logging.getLogger("monitor.quality.langfuse")
@@ -102,7 +103,7 @@ class LangfuseSource:
         return response
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await finish(self.client.aclose())
 
 
 def _retry_after(header: str | None) -> float:

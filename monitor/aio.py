@@ -1,0 +1,31 @@
+"""Closing a client so that a cancel cannot stop it half way.
+
+httpx's `AsyncClient.aclose()` (httpcore's pool) takes its connections out of the pool, then closes
+them one by one with a checkpoint after each. A task cancelled at one of those checkpoints stops
+there: the connections not yet closed belong to no pool any more, nothing closes them, and their
+sockets stay open until the garbage collector finds them ("unclosed transport", one per kept-alive
+connection). anyio's shielded scope, which httpcore uses, does not hold off a plain asyncio
+`Task.cancel()`. A load cancelled while its client closed left five such sockets behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+
+
+async def finish(closing: Awaitable[None]) -> None:
+    """Await `closing` (`client.aclose()`, or ending the requests a client still has in flight)
+    to its end in a task of its own; a cancel that arrives meanwhile is re-raised once it has
+    ended. Only a cancel of that task itself (the loop shutting down cancels every task) stops
+    it early."""
+    task = asyncio.ensure_future(closing)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True  # this task's cancel, or the close's own (the loop shutting down)
+    if cancelled:
+        raise asyncio.CancelledError
+    task.result()
