@@ -28,6 +28,13 @@ from monitor.config import ServiceSettings
 ACCEPT = "text/plain;version=0.0.4;q=1.0,*/*;q=0.1"
 MAX_REDIRECTS = 10
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+# A kept-alive connection the server closed as the next scrape went out (its keep-alive timeout,
+# uvicorn's 5 s in vLLM and SGLang, against a 5-s scrape, or one that drifted on a busy host): the
+# GET fails before any answer. Go's net/http, and so Prometheus, sends such an idempotent request
+# again on a new connection; so does this, once, within the same deadline. A server that closes
+# every connection unanswered still fails the scrape, with the same reason.
+_STALE_HTTPX = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+_STALE_CORE = (httpcore.RemoteProtocolError, httpcore.ReadError, httpcore.WriteError)
 
 
 def pool_limits(settings: ServiceSettings) -> httpx.Limits:
@@ -82,9 +89,17 @@ async def _fetch(client: httpx.AsyncClient, url: str, max_bytes: int) -> Fetched
     if parsed.userinfo:
         auth = httpx.BasicAuth(parsed.username, parsed.password)
         parsed = parsed.copy_with(username=None, password=None)
-    async with client.stream("GET", parsed, headers={"Accept": ACCEPT}, auth=auth) as response:
-        return await _read_page(response.status_code, response.headers.get("content-length", ""),
-                                response.headers.get("content-type", ""), response.aiter_bytes(), max_bytes)
+    for attempt in (1, 2):
+        answered = False
+        try:
+            async with client.stream("GET", parsed, headers={"Accept": ACCEPT}, auth=auth) as response:
+                answered = True
+                return await _read_page(response.status_code, response.headers.get("content-length", ""),
+                                        response.headers.get("content-type", ""), response.aiter_bytes(), max_bytes)
+        except _STALE_HTTPX:
+            if answered or attempt == 2:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 async def _read_page(
@@ -174,16 +189,33 @@ async def _fetch_core(pool: httpcore.AsyncConnectionPool, url: str, max_bytes: i
         headers = [(b"Accept", ACCEPT.encode())]
         if authorization is not None and _same_origin(current, origin):
             headers.append((b"Authorization", authorization))  # never sent to another origin
-        async with pool.stream("GET", str(current), headers=headers) as response:
-            fields = {name.lower(): value for name, value in response.headers}
-            location = fields.get(b"location")
-            if response.status in _REDIRECTS and location is not None:
-                current = current.join(location.decode("latin-1")).copy_with(fragment=None)
-                continue
-            return await _read_page(response.status, fields.get(b"content-length", b"").decode("latin-1"),
-                                    fields.get(b"content-type", b"").decode("latin-1"), response.aiter_stream(),
-                                    max_bytes)
+        page, location = await _get_core(pool, str(current), headers, max_bytes)
+        if page is not None:
+            return page
+        current = current.join(location).copy_with(fragment=None)
     raise ScrapeError(f"more than {MAX_REDIRECTS} redirects")
+
+
+async def _get_core(pool: httpcore.AsyncConnectionPool, url: str, headers: list[tuple[bytes, bytes]],
+                    max_bytes: int) -> tuple[FetchedPage | None, str]:
+    """One GET: (the page, "") or (None, where a redirect points); sent again once on a new
+    connection when the server closed the kept-alive one before answering (see `_STALE_CORE`)."""
+    for attempt in (1, 2):
+        answered = False
+        try:
+            async with pool.stream("GET", url, headers=headers) as response:
+                answered = True
+                fields = {name.lower(): value for name, value in response.headers}
+                location = fields.get(b"location")
+                if response.status in _REDIRECTS and location is not None:
+                    return None, location.decode("latin-1")
+                return await _read_page(response.status, fields.get(b"content-length", b"").decode("latin-1"),
+                                        fields.get(b"content-type", b"").decode("latin-1"), response.aiter_stream(),
+                                        max_bytes), ""
+        except _STALE_CORE:
+            if answered or attempt == 2:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _basic(url: httpx.URL) -> bytes:
