@@ -12,37 +12,16 @@ import httpx
 import pytest
 
 from monitor.aio import finish
+from tests.rawhttp import RawHttpServer
 
 CONNECTIONS = 5
 
 
-class KeepAliveServer:
-    """HTTP/1.1 on loopback that answers "ok" and keeps each connection until the client closes it."""
+class KeepAliveServer(RawHttpServer):
+    """Answers "ok" and keeps each connection until the client closes it."""
 
-    def __init__(self) -> None:
-        self.open = 0
-        self.server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> str:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self.server is not None
-        self.server.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.open += 1
-        try:
-            while True:
-                await reader.readuntil(b"\r\n\r\n")
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the client closed the connection: what this server counts
-        finally:
-            self.open -= 1
-            writer.close()
+    def answer(self, served: int) -> bytes:
+        return b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
     async def all_closed(self, timeout_s: float = 10.0) -> bool:
         deadline = time.monotonic() + timeout_s

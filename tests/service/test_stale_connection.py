@@ -17,47 +17,26 @@ import pytest
 
 from monitor.config import load_settings
 from monitor.scrape import ScrapeError, fetch_page, fetch_page_core, target_pool
+from tests.rawhttp import RawHttpServer
 
 PAGE = b"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n"
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n\r\n"
+ANSWER = HEAD % len(PAGE) + PAGE
 
 
-class ClosesReusedConnections:
-    """HTTP/1.1 on loopback: answers the first request of a connection and keeps it alive; reads
-    a second request on it and closes the connection without a word (the keep-alive race, made
-    certain). `answer_none`: closes every connection unanswered."""
+class ClosesReusedConnections(RawHttpServer):
+    """Answers the first request of a connection and keeps it alive; reads a second request on it
+    and closes the connection without a word (the keep-alive race, made certain). `answer_none`:
+    closes every connection unanswered."""
 
     def __init__(self, answer_none: bool = False) -> None:
+        super().__init__()
         self.answer_none = answer_none
-        self.connections = 0
-        self.requests = 0
-        self.server: asyncio.Server | None = None
 
-    async def __aenter__(self) -> str:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/metrics"
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self.server is not None
-        self.server.close()
-        await self.server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        served = 0
-        try:
-            while True:
-                await reader.readuntil(b"\r\n\r\n")
-                self.requests += 1
-                if self.answer_none or served:
-                    break
-                served += 1
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                             b"Content-Length: %d\r\n\r\n%s" % (len(PAGE), PAGE))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the client closed it
-        finally:
-            writer.close()
+    def answer(self, served: int) -> bytes | None:
+        if self.answer_none or served:
+            return None
+        return ANSWER
 
 
 def _settings() -> object:
@@ -65,7 +44,8 @@ def _settings() -> object:
 
 
 async def _three_scrapes_core(server: ClosesReusedConnections) -> list[str]:
-    async with server as url:
+    async with server as base:
+        url = f"{base}/metrics"
         pool = target_pool(_settings(), ssl.create_default_context())  # type: ignore[arg-type]
         try:
             return [(await fetch_page_core(pool, url, 5.0, 1 << 20)).text for _ in range(3)]
@@ -74,7 +54,8 @@ async def _three_scrapes_core(server: ClosesReusedConnections) -> list[str]:
 
 
 async def _three_scrapes_httpx(server: ClosesReusedConnections) -> list[str]:
-    async with server as url, httpx.AsyncClient(trust_env=False) as client:
+    async with server as base, httpx.AsyncClient(trust_env=False) as client:
+        url = f"{base}/metrics"
         return [(await fetch_page(client, url, 5.0, 1 << 20)).text for _ in range(3)]
 
 
@@ -88,7 +69,8 @@ def test_a_connection_closed_under_the_next_scrape_is_sent_again_once(scrapes: o
 
 
 async def _one_core(server: ClosesReusedConnections) -> None:
-    async with server as url:
+    async with server as base:
+        url = f"{base}/metrics"
         pool = target_pool(_settings(), ssl.create_default_context())  # type: ignore[arg-type]
         try:
             await fetch_page_core(pool, url, 5.0, 1 << 20)
@@ -97,7 +79,8 @@ async def _one_core(server: ClosesReusedConnections) -> None:
 
 
 async def _one_httpx(server: ClosesReusedConnections) -> None:
-    async with server as url, httpx.AsyncClient(trust_env=False) as client:
+    async with server as base, httpx.AsyncClient(trust_env=False) as client:
+        url = f"{base}/metrics"
         await fetch_page(client, url, 5.0, 1 << 20)
 
 

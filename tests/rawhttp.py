@@ -1,0 +1,49 @@
+"""HTTP/1.1 written by hand on loopback, in the running loop: for what happens on a connection
+(kept alive, closed without an answer, closed by the client) that a framework's server hides."""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class RawHttpServer:
+    """Counts connections (all, and open now) and requests. Subclasses say what to answer to the
+    `served`-th request of a connection; None closes it unanswered."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.open = 0
+        self.requests = 0
+        self.server: asyncio.Server | None = None
+
+    def answer(self, served: int) -> bytes | None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.open += 1
+        served = 0
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                self.requests += 1
+                answer = self.answer(served)
+                if answer is None:
+                    break
+                writer.write(answer)
+                await writer.drain()
+                served += 1
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client closed the connection: the end these servers wait for, and count
+        finally:
+            self.open -= 1
+            writer.close()
