@@ -8,9 +8,14 @@ it), runs a healthy stretch, injects one fault, keeps it until the alert it shou
 (at least a demo slot's 90 s, at most `FAULT_MAX_S`), clears it, and waits until every alert
 resolved. Every transition the evaluator sends is recorded with the monitor's clock.
 
-Time is compressed: the monitor's wall clock runs `speed` times faster than real time (the
-simulator and the load keep real time), so `for: 30s` takes 1 s at speed 30. Rates the monitor
-computes are the simulator's divided by `speed`; ratios, quantiles and baselines are unchanged.
+Time is compressed: the monitor's wall clock runs `speed` times faster than real time, so `for:
+30s` takes 1 s at speed 30. The simulated world (the engine, its load, the replayed GPU) runs on
+the same clock, uncompressed: `CompressedClock.world`, real time that stands still while the
+monitor works. So every monitor second holds 1/`speed` of a world second whatever the host's
+load: rates the monitor computes are the simulator's divided by `speed`, and ratios, quantiles
+and baselines are the simulator's. (With the world on the host's clock, a cycle that took 1 s
+instead of 0.3 s beside two CPU hogs put twice the world's tokens into the same 15 monitor
+seconds: a throughput baseline read 1.6x, a ThroughputDrop fired after a fault was cleared.)
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -222,22 +228,36 @@ class CompressedClock:
         self.start_wall, self.start_real = time.time(), real()
         self.paused_s: float = 0.0
         self.paused_at: float | None = None
+        # The simulator's thread reads the clock while this one pauses it: a reading between
+        # the two updates of `paused` would run backwards by the pause.
+        self._lock = threading.Lock()
 
     def __call__(self) -> float:
         return self.start_wall + self.elapsed()
 
     def elapsed(self) -> float:
-        now = self.paused_at if self.paused_at is not None else self.real()
-        return (now - self.start_real - self.paused_s) * self.speed
+        return self._world_s() * self.speed
+
+    def world(self) -> float:
+        """The simulated world's monotonic clock: real seconds, less the time spent paused."""
+        return self.start_real + self._world_s()
+
+    def _world_s(self) -> float:
+        with self._lock:
+            now = self.paused_at if self.paused_at is not None else self.real()
+            return now - self.start_real - self.paused_s
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
-        self.paused_at = self.real()
+        with self._lock:
+            self.paused_at = self.real()
         try:
             yield
         finally:
-            self.paused_s += self.real() - self.paused_at
-            self.paused_at = None
+            with self._lock:
+                assert self.paused_at is not None
+                self.paused_s += self.real() - self.paused_at
+                self.paused_at = None
 
 
 class Recorder:
@@ -270,7 +290,8 @@ class World:
         self.speed, self.scrape_s, self.baseline_window = speed, scrape_s, baseline_window
         self.clock = CompressedClock(speed)
         self.recorder = Recorder(self.clock)
-        self.engine = SimulatedEngine(EngineConfig(**{"max_num_seqs": DEMO_MAX_NUM_SEQS, **(engine or {})}))
+        self.engine = SimulatedEngine(EngineConfig(**{"max_num_seqs": DEMO_MAX_NUM_SEQS, **(engine or {})}),
+                                      clock=self.clock.world)
         self.server = SimServer(self.engine)
         self.judge_failing = False
         self.quality, self.samples_added = quality, False
@@ -354,9 +375,7 @@ class World:
 
     def _rerun(self) -> None:
         """Today's run redone in the background while the collection cycles go on, as the daily job
-        runs beside the scrapes. Not on a paused clock: the load keeps real time, so the tokens of a
-        paused stretch landed in no monitor time at all, and the throughput baseline that held them
-        read a later normal hour as a drop (a false ThroughputDrop on a busy machine)."""
+        runs beside the scrapes (the world's time goes on meanwhile, as it would)."""
         self.tasks.append(asyncio.create_task(self._quality_run(), name="quality-run"))
 
     async def cycles(self, seconds: float, until: Callable[[], bool] = lambda: False) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +20,7 @@ import yaml
 from monitor.alerting.rules import resolve
 from monitor.config import SHIPPED_RULE_FILES, Duration
 from monitor.sim.engine import SimulatedEngine
-from monitor.sim.load import LoadConfig, run_load
+from monitor.sim.load import LoadConfig, run_load, sleep_until
 
 LOAD_SLICE_S = 15.0  # the load runs in slices this long, each at the rate the schedule says
 
@@ -39,8 +39,9 @@ class HeldReplayClock:
     `gpu_hold` is active it reads as `hold` seconds into the current loop of the recording.
     It never runs backwards, so the energy counter only counts up."""
 
-    def __init__(self, sim: SimulatedEngine, period_s: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.sim, self.period_s, self.clock = sim, period_s, clock
+    def __init__(self, sim: SimulatedEngine, period_s: float, clock: Callable[[], float] | None = None) -> None:
+        self.sim, self.period_s = sim, period_s
+        self.clock = clock or sim.now  # the engine's clock: the GPU keeps the world's time
         self.origin: float | None = None
         self.last = -math.inf
         self.busy_at = -math.inf
@@ -70,17 +71,21 @@ class HeldReplayClock:
 
 async def scheduled_load(sim_url: str, sim: SimulatedEngine, base: LoadConfig, slice_s: float = LOAD_SLICE_S) -> None:
     """`base` for its whole duration, in slices whose rate follows `traffic_dip`; a slice starts
-    while the previous one still drains, so the traffic has no gaps."""
+    while the previous one still drains, so the traffic has no gaps. Slices and the requests in
+    them keep the engine's clock (`sim.now`), whatever clock that is."""
     running: set[asyncio.Task[object]] = set()
-    deadline = time.monotonic() + base.duration_s
+    start = sim.now()
+    deadline = start + base.duration_s
     try:
-        while time.monotonic() < deadline:
+        for number in itertools.count(1):
+            if sim.now() >= deadline:
+                break
             rps = base.rps * sim.effects(sim.now()).traffic_mult
             piece = dataclasses.replace(base, rps=rps, duration_s=slice_s, seed=None)
-            task: asyncio.Task[object] = asyncio.create_task(run_load(sim_url, piece))
+            task: asyncio.Task[object] = asyncio.create_task(run_load(sim_url, piece, clock=sim.now))
             running.add(task)
             task.add_done_callback(running.discard)
-            await asyncio.sleep(slice_s)
+            await sleep_until(sim.now, start + number * slice_s)
     finally:
         for task in list(running):
             task.cancel()

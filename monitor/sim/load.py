@@ -13,7 +13,7 @@ import json
 import math
 import random
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -97,7 +97,12 @@ def build_payload(config: LoadConfig, rng: random.Random) -> dict[str, Any]:
     return payload
 
 
-async def run_load(base_url: str, config: LoadConfig | None = None) -> LoadSummary:
+async def run_load(base_url: str, config: LoadConfig | None = None,
+                   clock: Callable[[], float] | None = None) -> LoadSummary:
+    """The load of `config`, each request sent at its offset on `clock` (seconds; the event loop's
+    clock by default). A clock that runs slower than real time, or stands still (the scorecard's
+    world while the monitor works), holds the timetable back with it: the load keeps the world's
+    time, not the host's."""
     config = config or LoadConfig()
     if config.rps <= 0 or config.duration_s < 0:
         raise ValueError("rps must be > 0 and duration_s >= 0")
@@ -107,13 +112,14 @@ async def run_load(base_url: str, config: LoadConfig | None = None) -> LoadSumma
                           max_keepalive_connections=config.max_concurrency)  # fmt: skip
     path = "/v1/chat/completions" if config.endpoint == "chat" else "/v1/completions"
     loop = asyncio.get_running_loop()
-    start = loop.time()
+    now = clock or loop.time
+    start = now()
     in_flight: set[asyncio.Task[None]] = set()
     client = httpx.AsyncClient(base_url=base_url, timeout=config.request_timeout_s, limits=limits)
     try:
         try:
             for offset in arrival_offsets(config, rng):
-                await asyncio.sleep(max(0.0, start + offset - loop.time()))
+                await sleep_until(now, start + offset)
                 payload = build_payload(config, rng)  # drawn even when skipped: stable sequence
                 if len(in_flight) >= config.max_concurrency:
                     summary.skipped += 1
@@ -134,8 +140,16 @@ async def run_load(base_url: str, config: LoadConfig | None = None) -> LoadSumma
         # A slice is often cancelled just as it closes (the demo's and the scorecard's loads stop
         # their slices wherever they are): the close must still reach every connection.
         await finish(client.aclose())
-    summary.elapsed_s = loop.time() - start
+    summary.elapsed_s = now() - start
     return summary
+
+
+async def sleep_until(clock: Callable[[], float], at: float) -> None:
+    """Return once `clock()` reached `at` (at once when it has). A clock no faster than real time
+    needs one sleep; a paused one is looked at again after each."""
+    await asyncio.sleep(0)
+    while (wait := at - clock()) > 0:
+        await asyncio.sleep(wait)
 
 
 async def _drain(tasks: set[asyncio.Task[None]], timeout_s: float, summary: LoadSummary) -> None:
