@@ -131,10 +131,18 @@ def window_rates(
     for (kind, metric, model, le), rate in store.rates(start, end).items():
         if kind == "http":
             http[metric] = rate
-        elif kind == "bucket" and le is not None:
-            per_model.setdefault(model, Rates()).buckets.setdefault(metric, {})[le] = rate
+            continue
+        # Not setdefault(model, Rates()): that builds a Rates (five dicts) per series, ~400 a derive.
+        rates = per_model.get(model)
+        if rates is None:
+            rates = per_model[model] = Rates()
+        if kind == "bucket" and le is not None:
+            le_rates = rates.buckets.get(metric)
+            if le_rates is None:
+                le_rates = rates.buckets[metric] = {}
+            le_rates[le] = rate
         else:
-            per_model.setdefault(model, Rates()).counters[metric] = rate
+            rates.counters[metric] = rate
     if counts_errors:
         # An engine that counts errors creates that child on the first error (TGI): none yet is 0.
         for rates in per_model.values():

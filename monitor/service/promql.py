@@ -136,6 +136,8 @@ def _quantile(q: float, ordered: list[Bucket]) -> float:
 
 def _coalesce(ordered: list[Bucket]) -> list[Bucket]:
     """Buckets with the same bound (sorted input) become one, their counts summed."""
+    if len({upper for upper, _ in ordered}) == len(ordered):
+        return ordered  # no two alike (the usual page): nothing to merge
     merged: list[Bucket] = [ordered[0]]
     for upper, count in ordered[1:]:
         if upper == merged[-1][0]:
@@ -154,11 +156,17 @@ def _monotonic(buckets: list[Bucket]) -> list[Bucket]:
     fixed: list[Bucket] = [buckets[0]]
     kept = buckets[0][1]
     for upper, count in buckets[1:]:
-        if count != kept and (_almost_equal(kept, count) or count < kept):
+        if count < kept or (count != kept and not _clearly_above(kept, count) and _almost_equal(kept, count)):
             count = kept
         kept = count
         fixed.append((upper, count))
     return fixed
+
+
+def _clearly_above(kept: float, count: float) -> bool:
+    """`count` (> `kept`) is twice the tolerance away or more: not almost equal, without the full
+    test. Only for normal, finite positives; anything else goes to `_almost_equal`."""
+    return kept >= _MIN_NORMAL and count - kept >= 2 * SMALL_DELTA_TOLERANCE * (count + kept)
 
 
 def _almost_equal(a: float, b: float) -> bool:

@@ -122,8 +122,8 @@ class SeriesStore:
         keep = ~np.isnan(total)
         groups = self._group_of[rows[keep]]
         sums = np.bincount(groups, weights=total[keep], minlength=len(self._groups))
-        seen = np.bincount(groups, minlength=len(self._groups)) > 0
-        return {self._groups[g]: float(sums[g]) for g in np.nonzero(seen)[0]}
+        seen = np.nonzero(np.bincount(groups, minlength=len(self._groups)))[0]
+        return dict(zip(map(self._groups.__getitem__, seen.tolist()), sums[seen].tolist(), strict=True))
 
     def earliest(self, kind: str, metric: str, start: float, end: float) -> dict[str, float]:
         """Per model, the time (s) of the first sample of `metric` in (start, end]: how far back it reaches."""

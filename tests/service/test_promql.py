@@ -1,10 +1,15 @@
 """rate() and histogram_quantile() against Prometheus' own test vectors (promql/testdata)."""
 
 import math
+import sys
+from math import nextafter
 
 import pytest
 
 from monitor.service.promql import (
+    _MIN_NORMAL,
+    _almost_equal,
+    _monotonic,
     extrapolated_increase,
     extrapolated_rate,
     fraction_at_or_below,
@@ -100,6 +105,24 @@ def test_small_deltas_are_equal_counts() -> None:
     # A real difference (1e-9) is kept.
     real = [(0.1, 50.0), (0.2, base), (0.5, base * (1 + 1e-9)), (INF, base * (1 + 1e-9))]
     assert histogram_quantile(1.0, real) == 0.5
+
+
+def test_the_monotonic_repair_keeps_prometheus_rule_around_the_tolerance() -> None:
+    # _monotonic skips the full almost-equal test for counts clearly above the last one: it must
+    # agree with the rule as written (ensureMonotonicAndIgnoreSmallDeltas) at, below and above the
+    # tolerance, for zeros, subnormals, huge and non-finite counts.
+    def reference(kept: float, count: float) -> float:
+        return kept if count != kept and (_almost_equal(kept, count) or count < kept) else count
+
+    kepts = [0.0, 5e-324, 1e-310, _MIN_NORMAL, 1.0, 70.0, 1e300, sys.float_info.max, INF, math.nan]
+    steps = [0.0, 1e-14, 5e-13, 1e-12, 2e-12, 4e-12, 1e-9, 1.0]
+    for kept in kepts:
+        counts = [kept * (1 + step) for step in steps] + [kept + step for step in steps]
+        counts += [0.0, 5e-324, 1e-300, INF, -1.0, math.nan, nextafter(kept, INF), nextafter(kept, -INF)]
+        for count in counts:
+            [_, (_, repaired)] = _monotonic([(0.1, kept), (INF, count)])
+            expected = reference(kept, count)
+            assert repaired == expected or (math.isnan(repaired) and math.isnan(expected)), (kept, count)
 
 
 @pytest.mark.parametrize(
