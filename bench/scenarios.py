@@ -89,6 +89,10 @@ class Scenario:
 
 # A slower engine also generates fewer tokens: ThroughputDrop is a true alert of these faults.
 SLOWER = frozenset({"ThroughputDrop"})
+# A fault whose queue builds (and drains) in the world's time can hold slow first tokens longer than
+# TTFTObjectiveMissed's 10-min `for`: the objective was missed, a true alert too (beside two CPU hogs
+# queue_saturation's TTFTP99High fired 345 s into the fault and the objective alert 480 s after the clear).
+MISSED = frozenset({"TTFTObjectiveMissed"})
 # Under the demo's load the replayed H200 plays its 30 %-duty part: 70 % of its spend buys idle
 # time, and in a run longer than CostIdleSpendHigh's 30-min `for` that alert is true, whatever
 # the fault (it fired 2500 s into a healthy stretch on a busy machine, where fewer queues formed
@@ -104,13 +108,13 @@ SCENARIOS: tuple[Scenario, ...] = (
     # The demo's 0.4 % fills under its fuller load (long-prompt bursts, the quality feed); 0.1 % here.
     Scenario("kv_pressure", "KV cache cut to 0.1 %: preemptions, slow first tokens",
              (("kv_pressure", 0.001), ("gpu_hold", GPU_IDLE)), "TTFTP99High", "kv_cache_pressure",
-             allow=SLOWER, unknown_ok=True),
+             allow=SLOWER | MISSED, unknown_ok=True),
     # The demo's 48 sequences take ~15 real s to fill at 6x slower decode; with 24 (half used by the
     # healthy load) the queue forms within seconds of the fault and drains within seconds after it.
     # The GPU busy for ten minutes of it is saturated and at its power cap: true alerts too.
     Scenario("queue_saturation", "decode 4x slower, 24 sequences, a busy GPU: the queue grows",
              (("throughput_drop", 4.0), ("gpu_hold", GPU_BUSY)), "TTFTP99High", "queue_saturation",
-             allow=SLOWER | {"GPUUtilizationSaturated", "GPUPowerHigh"}, engine=(("max_num_seqs", 24),)),
+             allow=SLOWER | MISSED | {"GPUUtilizationSaturated", "GPUPowerHigh"}, engine=(("max_num_seqs", 24),)),
     Scenario("gpu_held_back", "prefill 30x slower, GPU at its power cap (sw_power_cap)",
              (("latency_spike", 30.0), ("gpu_hold", GPU_BUSY)), "TTFTP99High", "gpu_throttling", allow=SLOWER),
     Scenario("gpu_memory", "prefill 30x slower, GPU memory 93 % full",
