@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from abc import ABC, abstractmethod
 
 
-class RawHttpServer:
+class RawHttpServer(ABC):
     """Counts connections (all, and open now) and requests. Subclasses say what to answer to the
     `served`-th request of a connection; None closes it unanswered."""
 
@@ -16,8 +18,9 @@ class RawHttpServer:
         self.requests = 0
         self.server: asyncio.Server | None = None
 
+    @abstractmethod
     def answer(self, served: int) -> bytes | None:
-        raise NotImplementedError
+        """The bytes to send for the `served`-th request of a connection (0 first); None: close it."""
 
     async def __aenter__(self) -> str:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -33,17 +36,17 @@ class RawHttpServer:
         self.open += 1
         served = 0
         try:
-            while True:
-                await reader.readuntil(b"\r\n\r\n")
-                self.requests += 1
-                answer = self.answer(served)
-                if answer is None:
-                    break
-                writer.write(answer)
-                await writer.drain()
-                served += 1
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the client closed the connection: the end these servers wait for, and count
+            # The client closing the connection is the end these servers wait for, and count.
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+                while True:
+                    await reader.readuntil(b"\r\n\r\n")
+                    self.requests += 1
+                    answer = self.answer(served)
+                    if answer is None:
+                        break
+                    writer.write(answer)
+                    await writer.drain()
+                    served += 1
         finally:
             self.open -= 1
             writer.close()
