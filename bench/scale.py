@@ -14,6 +14,7 @@ Everything it starts (page farm processes, prometheus, the monitor) is stopped b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import signal
 import statistics
@@ -155,7 +156,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         urls = farm.urls(args.targets)
         port = free_port()
         config = monitor_config(urls, args.interval, port, workdir)
-        with RulesPrometheus(urls, f"{args.interval}s") as prom:
+        beside = contextlib.nullcontext() if args.alone else RulesPrometheus(urls, f"{args.interval}s")
+        with beside as prom:
             monitor = start_monitor(config, port, workdir)
             try:
                 return measure(args, farm, prom, monitor, f"http://127.0.0.1:{port}")
@@ -164,17 +166,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 shutil.rmtree(workdir, ignore_errors=True)
 
 
-def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer,
+def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer | None,
             monitor: subprocess.Popen[bytes], url: str) -> dict[str, Any]:
-    assert prom.process is not None
-    pids = {"infermon": monitor.pid, "prometheus": prom.process.pid}
+    pids = {"infermon": monitor.pid}
+    probes = {("infermon", "/healthz"): Probe(f"{url}/healthz", 0.5),
+              ("infermon", "/metrics"): Probe(f"{url}/metrics", 1.0)}
+    if prom is not None:
+        assert prom.process is not None
+        pids["prometheus"] = prom.process.pid
+        probes[("prometheus", "/healthz")] = Probe(f"{prom.url}/-/healthy", 0.5)
+        probes[("prometheus", "/metrics")] = Probe(f"{prom.url}/metrics", 1.0)
     time.sleep(args.warmup)
-    probes = {
-        ("infermon", "/healthz"): Probe(f"{url}/healthz", 0.5),
-        ("infermon", "/metrics"): Probe(f"{url}/metrics", 1.0),
-        ("prometheus", "/healthz"): Probe(f"{prom.url}/-/healthy", 0.5),
-        ("prometheus", "/metrics"): Probe(f"{prom.url}/metrics", 1.0),
-    }
     stop = threading.Event()
     threads = [threading.Thread(target=p.run, args=(stop,), daemon=True) for p in probes.values()]
     cpu0 = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
@@ -193,54 +195,68 @@ def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer,
     metrics = httpx.get(f"{url}/metrics", timeout=30).text
     rows = status["layers"]["service"]["targets"]
     durations = [r["scrape_duration_seconds"] for r in rows if r["scrape_duration_seconds"] is not None]
-    return {
+    result = {
         "targets": args.targets,
         "models": args.models,
         "interval": args.interval,
         "page_bytes": farm.page_bytes,
         "elapsed": elapsed,
-        "up": {"infermon": monitor_up(metrics),
-               "prometheus": int(prom_value(prom, 'count(up{job="engines"} == 1)') or 0)},
+        "up": {"infermon": monitor_up(metrics)},
         "cpu": cpu,
         "rss": rss,
         "farm_cpu": (farm.cpu_seconds() - farm0) / elapsed,
-        "scrape_ms": {"infermon": statistics.median(durations) * 1000 if durations else None,
-                      "prometheus": 1000 * (prom_value(
-                          prom, 'quantile(0.5, scrape_duration_seconds{job="engines"})') or 0)},
+        "scrape_ms": {"infermon": statistics.median(durations) * 1000 if durations else None},
         "series": {"infermon": sum(1 for line in metrics.splitlines()
-                                   if line.startswith("inference_requests_per_second{")),
-                   "prometheus": int(prom_value(prom, "count(inference_requests_per_second)") or 0)},
-        "rule_eval_s": sum(g["evaluationTime"] for g in httpx.get(
-            f"{prom.url}/api/v1/rules", timeout=30).json()["data"]["groups"]),
+                                   if line.startswith("inference_requests_per_second{"))},
+        "rule_eval_s": None,
         "schedule": status["layers"]["service"].get("schedule"),
         "infra_ticks": (infra_ticks, int(elapsed // 5)),
         "latency": {key: probe.summary() for key, probe in probes.items()},
     }
+    if prom is not None:
+        result["up"]["prometheus"] = int(prom_value(prom, 'count(up{job="engines"} == 1)') or 0)
+        result["scrape_ms"]["prometheus"] = 1000 * (prom_value(
+            prom, 'quantile(0.5, scrape_duration_seconds{job="engines"})') or 0)
+        result["series"]["prometheus"] = int(prom_value(prom, "count(inference_requests_per_second)") or 0)
+        result["rule_eval_s"] = sum(g["evaluationTime"] for g in httpx.get(
+            f"{prom.url}/api/v1/rules", timeout=30).json()["data"]["groups"])
+    return result
 
 
 def report(result: dict[str, Any]) -> str:
     mib = 1024 * 1024
+    theirs = "prometheus" in result["cpu"]
+
+    def row(name: str, ours: str, prometheus: str) -> str:
+        return f"{name:<28} {ours:>22} {prometheus if theirs else '-':>22}"
+
+    cpu, rss, scrape = result["cpu"], result["rss"], result["scrape_ms"]
     lines = [
         f"{result['targets']} targets at {result['interval']} s ({result['models']} model(s) a page, "
         f"{result['page_bytes'] / 1024:.0f} KB), "
-        f"measured over {result['elapsed']:.0f} s after the warm-up",
-        f"{'':<28} {'infermon serve':>22} {'prometheus + rules':>22}",
-        f"{'targets up':<28} {result['up']['infermon']:>22} {result['up']['prometheus']:>22}",
-        f"{'CPU (share of one core)':<28} {result['cpu']['infermon']:>21.0%} {result['cpu']['prometheus']:>21.0%}",
-        f"{'RSS MiB':<28} {result['rss']['infermon'] / mib:>22.0f} {result['rss']['prometheus'] / mib:>22.0f}",
-        f"{'median scrape ms':<28} {result['scrape_ms']['infermon'] or 0:>22.1f} "
-        f"{result['scrape_ms']['prometheus']:>22.1f}",
-        f"{'requests/s series':<28} {result['series']['infermon']:>22} {result['series']['prometheus']:>22}",
+        f"measured over {result['elapsed']:.0f} s after the warm-up"
+        + ("" if theirs else ", the monitor alone (--alone)"),
+        row("", "infermon serve", "prometheus + rules"),
+        row("targets up", str(result["up"]["infermon"]), str(result["up"].get("prometheus"))),
+        row("CPU (share of one core)", f"{cpu['infermon']:.0%}", f"{cpu.get('prometheus', 0):.0%}"),
+        row("RSS MiB", f"{rss['infermon'] / mib:.0f}", f"{rss.get('prometheus', 0) / mib:.0f}"),
+        row("median scrape ms", f"{scrape['infermon'] or 0:.1f}", f"{scrape.get('prometheus', 0):.1f}"),
+        row("requests/s series", str(result["series"]["infermon"]), str(result["series"].get("prometheus"))),
     ]
     for path in ("/healthz", "/metrics"):
-        ours, theirs = result["latency"][("infermon", path)], result["latency"][("prometheus", path)]
-        lines.append(f"{path + ' p50 / p99':<28} {ours:>22} {theirs:>22}")
-    cpu_ratio = result["cpu"]["infermon"] / max(result["cpu"]["prometheus"], 1e-9)
-    rss_ratio = result["rss"]["infermon"] / max(result["rss"]["prometheus"], 1)
+        lines.append(row(f"{path} p50 / p99", result["latency"][("infermon", path)],
+                         result["latency"].get(("prometheus", path), "")))
+    if theirs:
+        cpu_ratio = cpu["infermon"] / max(cpu["prometheus"], 1e-9)
+        rss_ratio = rss["infermon"] / max(rss["prometheus"], 1)
+        lines += [
+            f"ratios: CPU {cpu_ratio:.2f}x (goal <= 0.5), RSS {rss_ratio:.2f}x (goal <= 0.33)",
+            f"page farm CPU {result['farm_cpu']:.0%} of one core; Prometheus rule evaluation "
+            f"{(result['rule_eval_s'] or 0) * 1000:.0f} ms per round",
+        ]
+    else:
+        lines.append(f"page farm CPU {result['farm_cpu']:.0%} of one core")
     lines += [
-        f"ratios: CPU {cpu_ratio:.2f}x (goal <= 0.5), RSS {rss_ratio:.2f}x (goal <= 0.33)",
-        f"page farm CPU {result['farm_cpu']:.0%} of one core; Prometheus rule evaluation "
-        f"{(result['rule_eval_s'] or 0) * 1000:.0f} ms per round",
         f"infra layer (8 replayed GPUs, every 5 s): {result['infra_ticks'][0]} runs in the window, "
         f"{result['infra_ticks'][1]} ticks due",
         f"schedule: {result['schedule']}",
@@ -256,6 +272,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=240, help="total run, warm-up included")
     parser.add_argument("--warmup", type=float, default=90, help="5m windows need not be full; 1m ones do")
     parser.add_argument("--processes", type=int, default=2, help="page farm processes")
+    parser.add_argument("--alone", action="store_true",
+                        help="no Prometheus beside it: where one monitor stops keeping up on this machine "
+                             "(side by side on 2 cores, each takes the other's CPU)")
     args = parser.parse_args()
     if args.seconds <= args.warmup:
         parser.error("--seconds must exceed --warmup")

@@ -25,7 +25,8 @@ def test_a_page_of_n_models_carries_every_family_once_per_model() -> None:
 
 
 def test_the_scale_bench_runs_both_sides_on_multi_model_pages() -> None:
-    args = argparse.Namespace(targets=3, models=2, interval=1, seconds=14.0, warmup=8.0, processes=1)
+    args = argparse.Namespace(targets=3, models=2, interval=1, seconds=14.0, warmup=8.0, processes=1,
+                              alone=False)
     result = run(args)
     assert result["up"] == {"infermon": 3, "prometheus": 3}
     # Per target, model and window: the monitor's requests/s series and the recording rules' agree.
@@ -34,3 +35,14 @@ def test_the_scale_bench_runs_both_sides_on_multi_model_pages() -> None:
     text = report(result)
     assert text.startswith("3 targets at 1 s (2 model(s) a page")
     assert "ratios: CPU" in text and "RSS" in text
+
+
+def test_the_scale_bench_alone_runs_the_monitor_without_prometheus() -> None:
+    # Where one process stops keeping up is measured without Prometheus taking the same cores.
+    args = argparse.Namespace(targets=3, models=1, interval=1, seconds=12.0, warmup=6.0, processes=1, alone=True)
+    result = run(args)
+    assert result["up"] == {"infermon": 3} and "prometheus" not in result["cpu"]
+    assert result["series"]["infermon"] > 0 and result["rule_eval_s"] is None
+    text = report(result)
+    assert "the monitor alone (--alone)" in text.splitlines()[0]
+    assert "ratios: CPU" not in text and "targets up" in text
