@@ -1,11 +1,12 @@
 """Scrape + parse + derive of one engine page, side by side with the real Prometheus.
 
-Both scrape the same loopback pages once a second in the same run; we report our median
-collection time per page next to Prometheus' median `scrape_duration_seconds` and the ratio,
-then where our time goes: each stage of the scrape path run alone on the last page fetched
-(median over repeats): the HTTP fetch, the text check, engine detection, the parse, the
-extraction, the series store, the target's derivation and the view (the two the ratio covers
-end there), and the /metrics render after them.
+Both scrape the same loopback pages once a second in the same run, each page served by a
+process of its own (bench.pagefarm); we report our median collection time per page next to
+Prometheus' median `scrape_duration_seconds` and the ratio, then where our time goes: each
+stage of the scrape path run alone on the last page fetched (median over repeats): the HTTP
+fetch, the text check, engine detection, the parse, the extraction, the series store, the
+target's derivation and the view (the two the ratio covers end there), and the /metrics render
+after them.
 
     python -m bench.service_scrape [--seconds 40]
 """
@@ -14,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import time
 
 import httpx
 
+from bench.pagefarm import PageFarm
 from bench.pages import fleet_page, grown, v1_page
-from bench.pageserver import PageServer, growing
 from bench.promserver import PrometheusServer
 from monitor.config import load_settings
 from monitor.health import HealthBook
@@ -104,13 +106,16 @@ def main() -> None:
     args = parser.parse_args()
     count = int(args.seconds) + 30
     pages = {"/v1": v1_page(), "/fleet": fleet_page()}
-    served = {path: growing(variants(text, count)) for path, text in pages.items()}
-    with PageServer(served) as server:
-        jobs = {path.strip("/"): [f"{server.base}{path}"] for path in pages}
+    with contextlib.ExitStack() as stack:
+        # Each page from a process of its own, as an engine is: a server thread in this process
+        # would take the GIL from the collector while it answers, a cost Prometheus never sees.
+        urls = {path: stack.enter_context(PageFarm(variants(text, count), processes=1, step_seconds=1.0)).urls(1)[0]
+                for path, text in pages.items()}
+        jobs = {path.strip("/"): [url] for path, url in urls.items()}
         with PrometheusServer(jobs, interval="1s") as prom:
             rows, breakdowns = [], {}
             for path, text in pages.items():
-                ours, http, breakdowns[path] = asyncio.run(measure(f"{server.base}{path}", args.seconds / 2))
+                ours, http, breakdowns[path] = asyncio.run(measure(urls[path], args.seconds / 2))
                 job = path.strip("/")
                 expr = f'quantile_over_time(0.5, scrape_duration_seconds{{job="{job}"}}[{int(args.seconds)}s])'
                 result = prom.query(expr)

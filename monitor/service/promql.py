@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import math
 import sys
+from bisect import bisect_left
 from collections.abc import Sequence
 from itertools import pairwise
+from operator import itemgetter
 
 Point = tuple[float, float]
 """(timestamp seconds, counter value)"""
@@ -101,7 +103,7 @@ def _repaired(buckets: Sequence[Bucket]) -> list[Bucket] | None:
     """Sorted, coalesced and monotonic buckets; None without a +Inf bucket."""
     if not buckets:
         return None
-    ordered = sorted(buckets, key=lambda b: b[0])
+    ordered = sorted(buckets, key=itemgetter(0))
     if not math.isinf(ordered[-1][0]) or ordered[-1][0] < 0:
         return None
     return _monotonic(_coalesce(ordered))
@@ -120,7 +122,9 @@ def _quantile(q: float, ordered: list[Bucket]) -> float:
     if observations == 0 or math.isnan(observations):
         return math.nan
     rank = q * observations
-    index = next((i for i, (_, count) in enumerate(ordered[:-1]) if count >= rank), len(ordered) - 1)
+    # Go's sort.Search over all but +Inf, as Prometheus does: the first bucket whose count reaches
+    # the rank (the repaired counts rise), or the +Inf bucket when none does.
+    index = bisect_left(ordered, True, hi=len(ordered) - 1, key=lambda bucket: bucket[1] >= rank)
     if index == len(ordered) - 1:
         return ordered[-2][0]
     upper, count = ordered[index]

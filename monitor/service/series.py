@@ -106,12 +106,7 @@ class SeriesStore:
         n = len(self.keys)
         if last - first < 1 or n == 0:
             return {}
-        valid = ~np.isnan(self._values[:n, first : last + 1])
-        width = last - first + 1
-        first_valid = np.argmax(valid, axis=1)
-        last_valid = width - 1 - np.argmax(valid[:, ::-1], axis=1)
-        rows = np.nonzero(valid.any(axis=1) & (last_valid > first_valid))[0]
-        a, b = first + first_valid[rows], first + last_valid[rows]
+        rows, a, b = self._ends(n, first, last)
         times = np.asarray(self.times, dtype=np.int64)
         t0, t1 = (times[a] - start_ms) / 1000, (times[b] - start_ms) / 1000
         v0 = self._values[rows, a]
@@ -124,6 +119,25 @@ class SeriesStore:
         sums = np.bincount(groups, weights=total[keep], minlength=len(self._groups))
         seen = np.nonzero(np.bincount(groups, minlength=len(self._groups)))[0]
         return dict(zip(map(self._groups.__getitem__, seen.tolist()), sums[seen].tolist(), strict=True))
+
+    def _ends(self, n: int, first: int, last: int) -> tuple[Ints, Ints, Ints]:
+        """The rows with two samples or more in columns first..last, and each one's first and last
+        sampled column. Almost every row holds both end columns; only the others are scanned."""
+        values = self._values
+        ends = ~(np.isnan(values[:n, first]) | np.isnan(values[:n, last]))
+        if ends.all():
+            rows = np.arange(n)
+            return rows, np.full(n, first), np.full(n, last)
+        a, b = np.full(n, first), np.full(n, last)
+        odd = np.nonzero(~ends)[0]
+        valid = ~np.isnan(values[odd, first : last + 1])
+        first_valid = np.argmax(valid, axis=1)
+        last_valid = last - first - np.argmax(valid[:, ::-1], axis=1)
+        a[odd], b[odd] = first + first_valid, first + last_valid
+        keep = ends.copy()
+        keep[odd] = valid.any(axis=1) & (last_valid > first_valid)
+        rows = np.nonzero(keep)[0]
+        return rows, a[rows], b[rows]
 
     def earliest(self, kind: str, metric: str, start: float, end: float) -> dict[str, float]:
         """Per model, the time (s) of the first sample of `metric` in (start, end]: how far back it reaches."""

@@ -187,3 +187,38 @@ def test_a_target_memo_reads_its_pages_as_a_fresh_extract_does() -> None:
     fresh = extract(parse(pages[4], VLLM_V1.wanted), VLLM_V1, 4.0, "unknown")
     assert fresh.non_finite == 1 and extract(parser.parse(pages[4], VLLM_V1.wanted), VLLM_V1, 4.0, "unknown",
                                              memo).non_finite == 1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_store_rates_equal_the_reference_per_series_with_gaps_at_any_column(seed: int) -> None:
+    # Each series misses random scrapes, the window's end columns included, and some restart
+    # (their counter drops): the store's per-group sum must equal the sum of the reference
+    # promql rate of each series alone. Rows holding both end columns take the store's short way,
+    # the others its scan; a series with fewer than two samples in the window adds nothing.
+    import random
+
+    from monitor.service.promql import extrapolated_increase
+
+    rng = random.Random(seed)
+    names = [(("engine", str(i)),) for i in range(40)]
+    values = {labels: rng.uniform(0, 50) for labels in names}
+    points: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {labels: [] for labels in names}
+    series = SeriesStore(3600)
+    for step in range(30):
+        ts = round(10_000 + 15.0 * step + rng.uniform(-0.4, 0.4), 3)  # the store keeps ms
+        present: dict[tuple[tuple[str, str], ...], float] = {}
+        for labels in names:
+            values[labels] = rng.uniform(0, 5) if rng.random() < 0.05 else values[labels] + rng.uniform(0, 9)
+            if rng.random() < 0.7 or labels == names[0]:
+                present[labels] = values[labels]
+                points[labels].append((ts, values[labels]))
+        series.append(Snapshot(ts=ts, counters={"requests": {MODEL: present}}))
+    end = series.times[-1] / 1000
+    for seconds in (60.0, 120.0, 300.0):
+        expected = 0.0
+        for pts in points.values():
+            inside = [(t, v) for t, v in pts if end - seconds < t <= end]
+            increase = extrapolated_increase(inside, end - seconds, end)
+            expected += (increase or 0.0) / seconds
+        got = series.rates(end - seconds, end)[("counter", "requests", MODEL, None)]
+        assert got == pytest.approx(expected, rel=1e-9)
