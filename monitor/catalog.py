@@ -31,6 +31,7 @@ CATALOG: dict[str, MetricDef] = {
     for d in [
         # service: per {target, model, window}, and fleet-wide per {model, window} (no target)
         MetricDef("inference_target_up", "gauge", ("target",), "1 if the last scrape of the engine target succeeded.", "service"),
+        MetricDef("inference_target_stale", "gauge", ("target",), "1 if the monitor has not scraped the target for over two intervals because it fell behind (its scrapes ran late or were skipped): its numbers are withheld; the engine itself may be fine.", "service"),
         MetricDef("inference_target_engine_recognized", "gauge", ("target",), "1 if the target's page (scraped fine) matches an engine table; 0: it answers but its families are no known engine's (see /api/v1/status).", "service"),
         MetricDef("inference_target_info", "gauge", ("target", "engine", "generation"), "Engine detected on the target's page.", "service"),
         MetricDef("inference_requests_per_second", "gauge", _SVC, "Finished requests per second (rate over the window).", "service"),
@@ -143,6 +144,7 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef("inference_monitor_collector_duration_seconds", "gauge", ("collector", "target"), "Duration of the collector's last run.", "self"),
         MetricDef("inference_monitor_last_success_timestamp_seconds", "gauge", ("collector", "target"), "Unix time of the collector's last successful run.", "self"),
         MetricDef("inference_monitor_scrape_lag_seconds", "gauge", ("collector",), "How far behind schedule the collector's scrapes ran over the last interval (start after its slot plus the wait for the parse thread); near 0 while it keeps up.", "service"),
+        MetricDef("inference_monitor_stale_targets", "gauge", ("collector",), "Targets whose numbers are withheld because the monitor fell behind scraping them (inference_target_stale == 1): it is blind to them.", "service"),
         MetricDef("inference_monitor_scrapes_skipped_total", "counter", ("collector",), "Scrapes not started at their slot because the target's previous scrape was still running or the loop fell behind by a whole interval.", "service"),
         MetricDef("inference_monitor_job_healthy", "gauge", ("job",), "1 while the scheduled job makes progress; 0 when it stopped or its last good step is older than a few intervals (/healthz then fails).", "self"),
         MetricDef("inference_monitor_job_last_progress_timestamp_seconds", "gauge", ("job",), "Unix time the job's last step ended without an error.", "self"),

@@ -198,8 +198,8 @@ def _window(service: ServiceView, wanted: str | None) -> str | None:
 
 def _target_facts(service: ServiceView, name: str, model: str | None, window: str | None) -> list[TargetFacts]:
     target = service.targets.get(name)
-    if target is None:
-        return []
+    if target is None or target.stale:
+        return []  # stale: the monitor fell behind on it and holds no current fact (it is not down)
     if not target.up:
         return [TargetFacts(name, model, None, up=False)]
     if not target.recognized:

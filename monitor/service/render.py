@@ -57,12 +57,17 @@ _LABELLED_GAUGES = {
 
 def render_service(view: ServiceView) -> Iterator[Metric]:
     up = family("inference_target_up")
+    stale = family("inference_target_stale")
+    stale_count = family("inference_monitor_stale_targets")
     recognized = family("inference_target_engine_recognized")
     info = family("inference_target_info")
     for name, target in view.targets.items():
         if target.waiting:
             continue  # no scrape has finished: no `up` yet, as in Prometheus before its first scrape
-        up.add_sample("inference_target_up", {"target": name}, 1.0 if target.up else 0.0)
+        # `up` is what Prometheus means: the last scrape succeeded. A target the monitor fell
+        # behind on is stale, not down: one alert about the monitor, not one TargetDown per engine.
+        up.add_sample("inference_target_up", {"target": name}, 1.0 if target.up or target.stale else 0.0)
+        stale.add_sample("inference_target_stale", {"target": name}, 1.0 if target.stale else 0.0)
         if target.up:
             recognized.add_sample("inference_target_engine_recognized", {"target": name},
                                   1.0 if target.recognized else 0.0)
@@ -72,7 +77,11 @@ def render_service(view: ServiceView) -> Iterator[Metric]:
                 {"target": name, "engine": target.engine, "generation": target.generation or ""},
                 1.0,
             )
+    stale_count.add_sample("inference_monitor_stale_targets", {"collector": "service"},
+                           float(sum(1 for target in view.targets.values() if target.stale)))
     yield up
+    yield stale
+    yield stale_count
     yield recognized
     yield info
 

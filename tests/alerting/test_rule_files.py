@@ -25,7 +25,7 @@ EXPECTED_RULES = {
     "TTFTP99High", "ErrorRateHigh", "ThroughputDrop", "TTFTObjectiveMissed", "TPOTObjectiveMissed",
     "TargetEngineUnrecognized", "RankImbalance", "LoRAAdaptersWaiting", "SpecDecodeAcceptanceLow",
     "SpecDecodeAcceptanceDrop", "PrefixCacheHitRatioDrop",
-    "TargetDown", "GPUDown", "CollectorFailing", "NotificationsFailing", "StoreFailing",
+    "TargetDown", "MonitorFallingBehind", "GPUDown", "CollectorFailing", "NotificationsFailing", "StoreFailing",
     # cost (alerts/cost.yml) and the canary (alerts/canary.yml)
     "CostBudget80", "CostBudgetExceeded", "CostIdleSpendHigh", "CostPerTokenJump", "CostExpensiveRequests",
     "CostGpuUnpriced", "InferenceCanaryFailing", "InferenceCanaryTTFTHigh", "InferenceCanaryTTFTGapHigh",

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from bench.pagefarm import PageFarm
+from monitor.alerting.context import _target_facts
 from monitor.config import Duration, ServiceSettings, Settings, load_settings
 from monitor.exporter import TextWriter, make_registry, render_text
 from monitor.health import HealthBook
@@ -134,7 +135,7 @@ def test_a_loop_that_falls_behind_says_so_and_counts_the_slots_it_missed() -> No
     assert monitor.status()["layers"]["service"]["schedule"]["keeping_up"] is False
 
 
-def test_a_target_not_scraped_for_two_intervals_has_no_derived_series() -> None:
+def test_a_target_not_scraped_for_two_intervals_is_stale_not_down_and_has_no_derived_series() -> None:
     clock = [START]
     monitor = Monitor(settings({"a": "http://a/metrics", "b": "http://bb/metrics"}),
                       client=httpx.AsyncClient(transport=growing_transport()), wall=lambda: clock[0])
@@ -158,9 +159,15 @@ def test_a_target_not_scraped_for_two_intervals_has_no_derived_series() -> None:
     assert view.targets["b"].up and not view.targets["b"].stale and view.targets["b"].stats
     assert view.fleet  # from b alone
     text = render_text(make_registry([lambda: render_service(view)])).decode()
-    assert 'inference_target_up{target="a"} 0.0' in text
+    # Its last scrape succeeded: up, as Prometheus says it; stale, since the monitor fell behind on it.
+    assert 'inference_target_up{target="a"} 1.0' in text and 'inference_target_stale{target="a"} 1.0' in text
+    assert 'inference_target_stale{target="b"} 0.0' in text
+    assert 'inference_monitor_stale_targets{collector="service"} 1.0' in text
     kept = {line.split("{", 1)[0] for line in text.splitlines() if 'target="a"' in line}
-    assert kept == {"inference_target_up", "inference_target_info"}  # none of a's numbers
+    assert kept == {"inference_target_up", "inference_target_stale", "inference_target_info"}  # none of a's numbers
+    # No fact of a's is current, so none names it down as a probable cause.
+    assert _target_facts(view, "a", None, None) == []
+    assert [facts.up for facts in _target_facts(view, "b", None, None)] == [True]
     rows = {r["name"]: r for r in monitor.service.status()}
     assert rows["a"]["stale"] is True and rows["a"]["up"] is False
     assert rows["b"]["stale"] is False and rows["b"]["up"] is True
