@@ -24,8 +24,9 @@ reported them, the assertion results, the collector's timings), metrics_burn.pro
 /metrics page from the burn phase); prints a summary; exits 1 when an assertion fails.
 
 Without a GPU, the same logic runs against the recording through the monitor's replay source
-(infra.replay.file), sped up `--speed` times; "NVML directly" is then the replayed pynvml
-module at the same instant, and the phases are the recording's (its `load_log`):
+(infra.replay.file), sped up `--speed` times, the recording moving one interval per tick
+(never skipping records when a collection runs late); "NVML directly" is then the replayed
+pynvml module at the same instant, and the phases are the recording's (its `load_log`):
 
     python -m bench.gpu_check --replay tests/fixtures/nvml_h200_trace.json --speed 10 --out /tmp/gc
 
@@ -439,8 +440,9 @@ def monitor_settings(options: Options, replay_file: Path | None) -> Settings:
 
 async def observe(run: Run, monitor: Monitor, direct: DirectNvml, scenario: Callable[[], float],
                   phases: Callable[[], list[Phase]], done: Callable[[], bool], interval: float,
-                  deadline: float, settle: float) -> None:
-    """Tick every `interval` s until `done()`: NVML, collect, NVML, /metrics, side by side."""
+                  deadline: float, settle: float, advance: Callable[[], None] = lambda: None) -> None:
+    """Tick every `interval` s until `done()`: NVML, collect, NVML, /metrics, side by side;
+    `advance()` after each tick (a replay's recording moves one interval per tick)."""
     next_tick = time.monotonic()
     while not done() and time.monotonic() < deadline:
         t = scenario()
@@ -468,6 +470,7 @@ async def observe(run: Run, monitor: Monitor, direct: DirectNvml, scenario: Call
             "timings_s": {"collect": collect_s, "nvml_read": exported["collector_duration_s"],
                           "render": render_s, "parse": parse_s, "direct_read": direct_s},
         })
+        advance()
         next_tick += interval
         now = time.monotonic()
         if next_tick < now:  # overran: skip the missed slots, keep the grid
@@ -569,14 +572,23 @@ async def run_replay(options: Options) -> Run:
             direct = DirectNvml(replay)
             run.identity = direct.identity()
             period = replay.trace.period
+            # The recording moves one tick's interval per tick, not with the wall clock: on a
+            # starved machine a slow collection (1 s beside two CPU hogs) skipped records, and the
+            # last phase was seen for less than its length. Playback restarts on this clock.
+            step, ticks = options.interval / speed, [0]
+            replay.clock = lambda: ticks[0] * step
+            replay.nvmlInit()
 
             def scenario() -> float:
                 record, loops = replay.record()
                 return float(record["t"] + loops * period) * speed
 
+            def advance() -> None:
+                ticks[0] += 1
+
             await observe(run, monitor, direct, scenario, lambda: run.phases,
-                          lambda: replay.record()[1] >= 1, options.interval / speed,
-                          time.monotonic() + period + 30, options.settle)
+                          lambda: replay.record()[1] >= 1, step,
+                          time.monotonic() + period + 30, options.settle, advance)
         finally:
             await monitor.aclose()
     return run

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,30 @@ def test_the_h200_recording_passes_every_assertion(tmp_path: Path, capsys: pytes
     assert values[("inference_gpu_utilization_ratio", "0")] > 0.9
     assert values[("inference_gpu_power_watts", "0")] / values[("inference_gpu_power_limit_watts", "0")] > 0.8
     assert "OK: 23/23 assertions pass" in capsys.readouterr().out
+
+
+def test_a_late_collection_skips_no_record_of_the_replay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A starved machine: some collections take 0.5 s, five ticks' worth at 10x. The recording
+    # moves one interval per tick all the same, so every phase keeps all of its ticks.
+    slow = gpu_check.Monitor.run_once
+    calls = [0]
+
+    async def late_run_once(self: Any) -> None:
+        calls[0] += 1
+        if calls[0] % 20 == 0:
+            time.sleep(0.5)
+        await slow(self)
+
+    monkeypatch.setattr(gpu_check.Monitor, "run_once", late_run_once)
+    assert gpu_check.main(["--replay", str(TRACE_FILE), "--speed", "10", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    ticks = [t["t"] for t in report["ticks"]]
+    assert calls[0] >= 100 and len(ticks) == calls[0] - 1  # the first collection opens the replay
+    # Records lie ~1.005 s apart: consecutive ticks read the same or the next one, never one after it.
+    assert all(b - a < 1.5 for a, b in zip(ticks, ticks[1:], strict=False))
+    idle2 = next(p for p in report["phases"] if p["name"] == "idle2")
+    assert len([t for t in report["ticks"] if t["phase"] == "idle2" and t["steady"]]) >= 0.6 * (
+        idle2["end"] - idle2["start"] - 3)
 
 
 def test_a_gpu_whose_memory_never_fills_fails_the_check(tmp_path: Path) -> None:
