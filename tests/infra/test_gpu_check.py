@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ def test_a_late_collection_skips_no_record_of_the_replay(tmp_path: Path, monkeyp
     ticks = [t["t"] for t in report["ticks"]]
     assert calls[0] >= 100 and len(ticks) == calls[0] - 1  # the first collection opens the replay
     # Records lie ~1.005 s apart: consecutive ticks read the same or the next one, never one after it.
-    assert all(b - a < 1.5 for a, b in zip(ticks, ticks[1:], strict=False))
+    assert all(b - a < 1.5 for a, b in pairwise(ticks))
     idle2 = next(p for p in report["phases"] if p["name"] == "idle2")
     assert len([t for t in report["ticks"] if t["phase"] == "idle2" and t["steady"]]) >= 0.6 * (
         idle2["end"] - idle2["start"] - 3)
