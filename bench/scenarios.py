@@ -63,6 +63,13 @@ CLEAR_MAX_S = 900.0
 # 25 % error burst leaves one in ten of those windows without a failure (an ErrorRateHigh resolved
 # mid-fault, seen on CI). Held a window, it cannot resolve before the 90-s fault is cleared.
 HOLD = "1m"
+# ThroughputDrop waits 2 minutes, not the demo's 30 s. Compressed 45x, the rules' 1m window holds 1.3
+# world seconds (~8 requests of 32-256 tokens each), and a late second of the load generator beside two
+# CPU hogs read as 62 % of the baseline for three evaluations: a false ThroughputDrop in the healthy
+# run, and 290 s after judge_failing was cleared (CI). Two minutes are nine evaluations at 15 s over
+# ~4 world seconds. A true drop still fires: under a fifth of the traffic the ratio stays below 0.7
+# until the 5-min baseline (offset the 1m window) is ~90 % dip, 5.5 minutes into the fault.
+HELD_FOR = {"ThroughputDrop": "2m"}
 BASELINE_WINDOW = "5m"  # the throughput baseline (the demo's is 10m): the healthy stretch covers it
 JUDGE_SAMPLES = 40
 
@@ -325,7 +332,7 @@ class World:
         }
         if self.quality:
             extra["quality"] = await self._start_judge()
-        rules = demo_rules(self.scratch, cycle_keep_firing=HOLD)
+        rules = demo_rules(self.scratch, cycle_keep_firing=HOLD, cycle_for=HELD_FOR)
         settings = demo_settings(self.server.url, 0, extra=extra, state=self.scratch / "scorecard.db", rules=rules)
         self.monitor = Monitor(settings, client=httpx.AsyncClient(trust_env=False), wall=self.clock,
                                sink=self.recorder)

@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import yaml
@@ -103,11 +103,13 @@ CYCLE_KEEP_FIRING = "15s"
 KEEP_FIRING = "5m"
 
 
-def demo_rules(directory: Path, cycle_keep_firing: str = CYCLE_KEEP_FIRING) -> list[Path]:
+def demo_rules(directory: Path, cycle_keep_firing: str = CYCLE_KEEP_FIRING,
+               cycle_for: Mapping[str, str] | None = None) -> list[Path]:
     """The shipped rule files as the demo loads them: the 1m window instead of 5m; the cycle's
     alerts with `for` at most 30 s, so a 90-s fault shows its alert and the alert resolves before
     the next one; hysteresis (`keep_firing_for`) on every alert, `cycle_keep_firing` on the
-    cycle's (the scorecard, one fault per run, holds them a whole window)."""
+    cycle's (the scorecard, one fault per run, holds them a whole window). `cycle_for` gives a
+    cycle alert another `for` (the scorecard's, whose fault lasts until its alert fired)."""
     out = []
     directory.mkdir(parents=True, exist_ok=True)
     for name in SHIPPED_RULE_FILES:
@@ -121,6 +123,8 @@ def demo_rules(directory: Path, cycle_keep_firing: str = CYCLE_KEEP_FIRING) -> l
                 cycle = rule["alert"] in CYCLE_ALERTS
                 if cycle and "for" in rule and Duration(str(rule["for"])).seconds > DEMO_FOR_S:
                     rule["for"] = f"{DEMO_FOR_S:g}s"
+                if cycle and cycle_for and rule["alert"] in cycle_for:
+                    rule["for"] = cycle_for[rule["alert"]]
                 rule.setdefault("keep_firing_for", cycle_keep_firing if cycle else KEEP_FIRING)
         path = directory / f"{name}.yml"
         path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))

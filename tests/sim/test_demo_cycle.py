@@ -124,8 +124,11 @@ def test_demo_rules_are_the_shipped_rules_on_the_short_window(tmp_path: Path) ->
             assert by_name[rule.name].keep_firing_for_seconds == 300
     assert by_name["GPUPowerHigh"].for_seconds == 600 and by_name["CostIdleSpendHigh"].for_seconds == 1800
     # The scorecard (one fault per run) holds the cycle's alerts a whole window; the rest as the demo.
-    held = {r.name: r for r in load_rules(demo_rules(tmp_path / "held", cycle_keep_firing="1m"), shipped=True).rules}
+    held = {r.name: r for r in load_rules(demo_rules(tmp_path / "held", cycle_keep_firing="1m",
+                                                     cycle_for={"ThroughputDrop": "2m"}), shipped=True).rules}
     assert {n for n, r in held.items() if r.keep_firing_for_seconds == 60} == set(CYCLE_ALERTS)
+    assert held["ThroughputDrop"].for_seconds == 120  # its own `for`; the other cycle alerts the demo's
+    assert all(held[n].for_seconds == by_name[n].for_seconds for n in CYCLE_ALERTS - {"ThroughputDrop"})
     assert all(r.keep_firing_for_seconds == 300 for n, r in held.items() if n not in CYCLE_ALERTS)
     ttft = by_name["TTFTP99High"]
     assert ttft.for_seconds == DEMO_FOR_S and 'window="1m"' in ttft.expr_text
