@@ -69,7 +69,7 @@ def main() -> None:
         store = Store(settings.storage.url)
         clock = [1_767_240_000.0]
         views: Any = (SimpleNamespace(view=service), SimpleNamespace(view=infra))  # the collectors' views only
-        collector = CostCollector(settings, *views, HealthBook(), store, wall=lambda: clock[0])
+        collector = CostCollector(settings, views[0], views[1], HealthBook(), store, wall=lambda: clock[0])
         ticks, renders = [], []
         registry, writer = make_registry([lambda: render_cost(collector.view)]), TextWriter()
         for _ in range(args.repeat):

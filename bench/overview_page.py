@@ -35,7 +35,7 @@ def service_view(targets: int) -> ServiceView:
                                               generation_tokens_per_second=700.0, quantiles=quantiles)
                  for w in WINDOWS}
         gauges = {"running": {MODEL: 12.0}, "waiting": {MODEL: 1.0}, "kv_cache": {MODEL: 0.4}}
-        view.targets[name] = TargetView(name, index % 10 != 0, "vllm", "v1", gauges, stats)
+        view.targets[name] = TargetView(name, index % 10 != 0, "vllm", "v1", gauges=gauges, stats=stats)
     view.fleet = {(MODEL, w.label): WindowStats(requests_per_second=5.0 * targets, quantiles=quantiles)
                   for w in WINDOWS}
     return view

@@ -21,7 +21,8 @@ from tests.postgres import fresh_database, postgres_server
 
 def timed(url: Callable[[int], str], repeat: int) -> tuple[float, float]:
     """Median milliseconds: (fresh database, the same database at head)."""
-    fresh, again = [], []
+    fresh: list[float] = []
+    again: list[float] = []
     for i in range(repeat):
         target = url(i)
         for into in (fresh, again):
