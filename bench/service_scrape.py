@@ -1,14 +1,15 @@
 """Scrape + parse + derive of one engine page, side by side with the real Prometheus.
 
 Both scrape the same loopback pages once a second in the same run, each page served by a
-process of its own (bench.pagefarm); we report our median collection time per page next to
-Prometheus' median `scrape_duration_seconds` and the ratio, then where our time goes: each
-stage of the scrape path run alone on the last page fetched (median over repeats): the HTTP
-fetch, the text check, engine detection, the parse, the extraction, the series store, the
-target's derivation and the view (the two the ratio covers end there), and the /metrics render
-after them.
+process of its own (bench.pagefarm): the V1 fixture (55 KB), 8 engines x 4 models (1.09 MB),
+and one engine serving 10 models (342 KB, the page of `bench.scale --models 10`). We report
+our median collection time per page next to Prometheus' median `scrape_duration_seconds` and
+the ratio, then where our time goes: each stage of the scrape path run alone on the last page
+fetched (median over repeats): the HTTP fetch, the text check, engine detection, the parse,
+the extraction, the series store, the target's derivation and the view (the two the ratio
+covers end there), and the /metrics render after them.
 
-    python -m bench.service_scrape [--seconds 40]
+    python -m bench.service_scrape [--seconds 40] [--models 10]
 """
 
 from __future__ import annotations
@@ -103,9 +104,13 @@ async def measure(url: str, seconds: float) -> tuple[list[float], list[float], S
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=40)
+    parser.add_argument("--models", type=int, default=10,
+                        help="also a page of one engine serving this many models (#22 item 2's page); 0: none")
     args = parser.parse_args()
     count = int(args.seconds) + 30
     pages = {"/v1": v1_page(), "/fleet": fleet_page()}
+    if args.models > 1:
+        pages[f"/models{args.models}"] = fleet_page(engines=1, models=args.models)
     with contextlib.ExitStack() as stack:
         # Each page from a process of its own, as an engine is: a server thread in this process
         # would take the GIL from the collector while it answers, a cost Prometheus never sees.
@@ -122,18 +127,18 @@ def main() -> None:
                 theirs = float(result[0]["value"][1])
                 rows.append((path, len(text), statistics.median(ours), statistics.median(http), theirs))
     # infermon ms: scrape + parse + derive; http ms: the fetch alone; prometheus: scrape_duration_seconds
-    print(f"{'page':<8} {'bytes':>9} {'infermon ms':>12} {'http ms':>8} {'prometheus ms':>14} "
+    print(f"{'page':<10} {'bytes':>9} {'infermon ms':>12} {'http ms':>8} {'prometheus ms':>14} "
           f"{'ratio':>6} {'http ratio':>10}")
     for path, size, ours_s, http_s, theirs_s in rows:
-        print(f"{path:<8} {size:>9} {ours_s * 1000:>12.2f} {http_s * 1000:>8.2f} {theirs_s * 1000:>14.2f} "
+        print(f"{path:<10} {size:>9} {ours_s * 1000:>12.2f} {http_s * 1000:>8.2f} {theirs_s * 1000:>14.2f} "
               f"{ours_s / theirs_s:>6.2f} {http_s / theirs_s:>10.2f}")
     # Where the time goes, stage by stage (ms); `scrape path` sums http..view, what the ratio covers.
     names = list(next(iter(breakdowns.values())))
     print()
-    print(f"{'page':<8} " + " ".join(f"{n:>8}" for n in names) + f" {'scrape path':>12}")
+    print(f"{'page':<10} " + " ".join(f"{n:>8}" for n in names) + f" {'scrape path':>12}")
     for path, times in breakdowns.items():
         path_s = sum(v for k, v in times.items() if k != "render")
-        print(f"{path:<8} " + " ".join(f"{times[n] * 1000:>8.2f}" for n in names) + f" {path_s * 1000:>12.2f}")
+        print(f"{path:<10} " + " ".join(f"{times[n] * 1000:>8.2f}" for n in names) + f" {path_s * 1000:>12.2f}")
 
 
 if __name__ == "__main__":

@@ -412,10 +412,16 @@ class ServiceCollector:
             for key, stats in derived.stats.items():
                 served.setdefault(key, []).append(stats)
         for window in self.windows:
-            for model, model_rates in fleet_rates(per_window[window.label]).items():
+            targets = per_window[window.label]
+            # A model on one target: the fleet sum is that target's numbers, already derived, and
+            # its rates are not summed at all (the sum of one target's buckets cost ~0.3 ms a window).
+            shared = {model for target in targets for model in target
+                      if len(served.get((model, window.label), ())) > 1}
+            summed = fleet_rates([{m: r for m, r in target.items() if m in shared} for target in targets]
+                                 if shared else [])
+            for model in dict.fromkeys(model for target in targets for model in target):
                 alone = served.get((model, window.label), [])
-                # A model on one target: the fleet sum is that target's numbers, already derived.
-                fleet = alone[0] if len(alone) == 1 else stats_from_rates(model_rates, self.objectives)
+                fleet = alone[0] if len(alone) == 1 else stats_from_rates(summed[model], self.objectives)
                 view.fleet[(model, window.label)] = fleet
         return view
 

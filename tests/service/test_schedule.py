@@ -20,6 +20,7 @@ from monitor.exporter import TextWriter, make_registry, render_text
 from monitor.health import HealthBook
 from monitor.runtime import Monitor
 from monitor.service.collector import ServiceCollector
+from monitor.service.derive import fleet_rates, stats_from_rates
 from monitor.service.render import render_service
 from monitor.service.schedule import Spreader, first_slot, offset
 from tests.appserver import serve_app
@@ -310,3 +311,39 @@ def test_serve_scrapes_follow_redirects_and_keep_credentials_on_the_same_origin(
     assert rows["moved"]["up"] is True, rows["moved"]["error"]
     assert sent and sent[0].get("authorization") == "Basic dXNlcjpwQHNz"  # user:p@ss
     assert rows["loop"]["up"] is False and rows["loop"]["error"] == "more than 10 redirects"
+
+
+def test_the_fleet_sums_a_model_over_its_targets_and_takes_a_lone_target_as_it_is() -> None:
+    # a and bb serve the fixture's model, ccc another one: the fleet of the first is the sum of
+    # two targets' rates, the other's is ccc's own derived numbers (not summed again).
+    other = BASE.replace("meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-8B")
+    hits: dict[str, int] = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        hits[host] = hits.get(host, 0) + 1
+        return httpx.Response(200, text=grow(other if host == "ccc" else BASE, 1 + 0.1 * hits[host] * len(host)))
+
+    clock = [START]
+    monitor = Monitor(settings({"a": "http://a/metrics", "bb": "http://bb/metrics", "ccc": "http://ccc/metrics"}),
+                      client=httpx.AsyncClient(transport=httpx.MockTransport(handler)), wall=lambda: clock[0])
+
+    async def run() -> None:
+        for _ in range(4):
+            await monitor.run_once()
+            clock[0] += 15.0
+        await monitor.aclose()
+
+    asyncio.run(run())
+    collector = monitor.service
+    view = collector.assemble(clock[0] - 15.0)
+    llama, qwen = "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-8B"
+    for window in collector.windows:
+        rates = [collector.targets[n].derived.rates[window.label] for n in ("a", "bb", "ccc")]  # type: ignore[union-attr]
+        summed = fleet_rates(rates)
+        assert view.fleet[(llama, window.label)] == stats_from_rates(summed[llama], collector.objectives)
+        assert view.fleet[(qwen, window.label)] is view.targets["ccc"].stats[(qwen, window.label)]
+        both = view.fleet[(llama, window.label)].requests_per_second
+        alone = [view.targets[n].stats[(llama, window.label)].requests_per_second for n in ("a", "bb")]
+        assert both is not None and None not in alone and both == pytest.approx(sum(alone))  # type: ignore[arg-type]
+    assert [key[0] for key in view.fleet] == [llama, qwen] * len(collector.windows)  # the order of old
