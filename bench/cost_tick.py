@@ -68,8 +68,10 @@ def main() -> None:
                                         "cost": {"daily_budget_usd": 5000}})
         store = Store(settings.storage.url)
         clock = [1_767_240_000.0]
-        views: Any = (SimpleNamespace(view=service), SimpleNamespace(view=infra))  # the collectors' views only
-        collector = CostCollector(settings, views[0], views[1], HealthBook(), store, wall=lambda: clock[0])
+        # The collectors' views only
+        service_source: Any = SimpleNamespace(view=service)
+        infra_source: Any = SimpleNamespace(view=infra)
+        collector = CostCollector(settings, service_source, infra_source, HealthBook(), store, wall=lambda: clock[0])
         ticks, renders = [], []
         registry, writer = make_registry([lambda: render_cost(collector.view)]), TextWriter()
         for _ in range(args.repeat):

@@ -413,14 +413,12 @@ class ServiceCollector:
                 served.setdefault(key, []).append(stats)
         for window in self.windows:
             targets = per_window[window.label]
-            # A model on one target: the fleet sum is that target's numbers, already derived, and
-            # its rates are not summed at all (the sum of one target's buckets cost ~0.3 ms a window).
-            shared = {model for target in targets for model in target
-                      if len(served.get((model, window.label), ())) > 1}
-            summed = fleet_rates([{m: r for m, r in target.items() if m in shared} for target in targets]
-                                 if shared else [])
+            # A model on one target: the fleet sum is that target's numbers, already derived; only
+            # models served by two targets or more are summed.
+            summed = fleet_rates([{m: r for m, r in target.items() if len(served[(m, window.label)]) > 1}
+                                  for target in targets])
             for model in dict.fromkeys(model for target in targets for model in target):
-                alone = served.get((model, window.label), [])
+                alone = served[(model, window.label)]
                 fleet = alone[0] if len(alone) == 1 else stats_from_rates(summed[model], self.objectives)
                 view.fleet[(model, window.label)] = fleet
         return view
