@@ -14,6 +14,10 @@ from collections.abc import Sequence
 from itertools import pairwise
 from operator import itemgetter
 
+import numpy as np
+import numpy.typing as npt
+
+Floats = npt.NDArray[np.float64]
 Point = tuple[float, float]
 """(timestamp seconds, counter value)"""
 
@@ -135,7 +139,17 @@ def _quantile(q: float, ordered: list[Bucket]) -> float:
         lower, below = ordered[index - 1]
         count -= below
         rank -= below
-    return lower + (upper - lower) * (rank / count)
+    return lower + (upper - lower) * _go_divide(rank, count)
+
+
+def _go_divide(a: float, b: float) -> float:
+    """a / b as Go (and numpy) divide floats: x / 0 is an infinity and 0 / 0 is NaN, not an error
+    (`histogram_quantile(0, ...)` over an empty lowest bucket, or a rank that underflowed to 0)."""
+    if b:
+        return a / b
+    if a == 0 or math.isnan(a):
+        return math.nan
+    return math.copysign(math.inf, a) * math.copysign(1.0, b)
 
 
 def _coalesce(ordered: list[Bucket]) -> list[Bucket]:
@@ -225,3 +239,100 @@ def _rank_at(value: float, ordered: list[Bucket]) -> float:
 def fraction_at_or_below(threshold: float, buckets: Sequence[Bucket]) -> float:
     """Share of observations <= threshold: `histogram_fraction(-Inf, threshold, ...)` (SLO attainment)."""
     return histogram_fraction(-math.inf, threshold, buckets)
+
+
+# Many histograms with the same bucket bounds at once (a derivation's ~140: models x windows x
+# histograms), with numpy: the same numbers as the functions above, row by row. A row the vector
+# path cannot match exactly (a non-finite or negative count, or a rise within the small-delta
+# tolerance, where Prometheus' repair depends on the order it walks) goes through them instead.
+
+def bucket_quantiles(qs: Sequence[float], bounds: Sequence[float], counts: Floats) -> Floats:
+    """`histogram_quantiles(qs, zip(bounds, row))` for every row of `counts` (histograms x buckets).
+
+    `bounds` are distinct and ascending: the keys of a bucket-rate dict, sorted.
+    """
+    n_rows, n = counts.shape
+    out = np.empty((n_rows, len(qs)))
+    if any(math.isnan(b) for b in bounds):  # no order to vectorise over: each on its own
+        out[:] = [histogram_quantiles(qs, list(zip(bounds, row, strict=True))) for row in counts.tolist()]
+        return out
+    if n < 2 or not math.isinf(bounds[-1]) or bounds[-1] < 0:
+        out[:] = [_out_of_range(q) for q in qs]
+        return out
+    upper_bounds = np.asarray(bounds, dtype=np.float64)
+    repaired = np.maximum.accumulate(counts, axis=1)
+    exact = _vector_exact(counts, repaired)
+    total = repaired[:, -1]
+    rows = np.arange(n_rows)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for column, q in enumerate(qs):
+            if math.isnan(q) or q < 0 or q > 1:
+                out[:, column] = _out_of_range(q)
+                continue
+            rank = q * total
+            # Go's sort.Search over all but +Inf: the first bucket whose count reaches the rank.
+            reach = repaired[:, :-1] >= rank[:, None]
+            index = np.where(reach.any(axis=1), reach.argmax(axis=1), n - 1)
+            upper = upper_bounds[index]
+            count = repaired[rows, index]
+            inside = index > 0
+            below = np.where(inside, repaired[rows, index - 1], 0.0)
+            lower = np.where(inside, upper_bounds[index - 1], 0.0)
+            value = lower + (upper - lower) * ((rank - below) / (count - below))
+            value = np.where(index == n - 1, upper_bounds[n - 2], value)
+            value = np.where((index == 0) & (upper <= 0), upper, value)
+            out[:, column] = np.where(total == 0, math.nan, value)
+    for row in np.nonzero(~exact)[0].tolist():
+        out[row] = histogram_quantiles(qs, list(zip(bounds, counts[row].tolist(), strict=True)))
+    return out
+
+
+def bucket_fractions_at_or_below(threshold: float, bounds: Sequence[float], counts: Floats) -> Floats:
+    """`fraction_at_or_below(threshold, zip(bounds, row))` for every row of `counts`."""
+    n_rows, n = counts.shape
+    if n == 0 or not math.isinf(bounds[-1]) or bounds[-1] < 0 or math.isnan(threshold) \
+            or any(math.isnan(b) for b in bounds):
+        return np.array([fraction_at_or_below(threshold, list(zip(bounds, row, strict=True)))
+                         for row in counts.tolist()], dtype=np.float64).reshape(n_rows)
+    # Which bucket holds the threshold depends on the bounds alone (histogram_fraction's walk).
+    total = counts[:, -1]
+    zero = np.zeros(n_rows)
+    rank_at = counts[:, -1]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # rows with inf/NaN: redone below
+        for index, upper in enumerate(bounds):
+            start = bounds[index - 1] if index else (0.0 if bounds[0] > 0 else -math.inf)
+            rank = counts[:, index - 1] if index else zero
+            if start >= threshold:
+                rank_at = rank
+                break
+            if upper > threshold:
+                if start == -math.inf:
+                    rank_at = counts[:, index]
+                else:
+                    rank_at = rank + (counts[:, index] - rank) * (threshold - start) / (upper - start)
+                break
+        out = (np.minimum(rank_at, total) - np.minimum(0.0, total)) / total
+    out = np.where(total == 0, math.nan, out)
+    odd = ~np.isfinite(counts).all(axis=1)
+    for row in np.nonzero(odd)[0].tolist():
+        out[row] = fraction_at_or_below(threshold, list(zip(bounds, counts[row].tolist(), strict=True)))
+    return out
+
+
+def _vector_exact(counts: Floats, repaired: Floats) -> npt.NDArray[np.bool_]:
+    """Rows whose repair by a running maximum is Prometheus' (ensureMonotonicAndIgnoreSmallDeltas).
+
+    That needs finite, non-negative counts, and every rise either from 0 to a normal count or
+    clearly above the small-delta tolerance (`_clearly_above`): a rise within it is not kept.
+    """
+    with np.errstate(invalid="ignore"):
+        plain = (np.isfinite(counts) & (counts >= 0)).all(axis=1)
+        kept, following = repaired[:, :-1], repaired[:, 1:]
+        rise = following - kept
+        clear = np.where(
+            kept == 0,
+            following >= _MIN_NORMAL,
+            (kept >= _MIN_NORMAL) & (rise >= 2 * SMALL_DELTA_TOLERANCE * (following + kept)),
+        )
+        exact: npt.NDArray[np.bool_] = plain & ((rise == 0) | clear).all(axis=1)
+        return exact

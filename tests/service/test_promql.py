@@ -1,20 +1,26 @@
 """rate() and histogram_quantile() against Prometheus' own test vectors (promql/testdata)."""
 
 import math
+import random
 import sys
 from math import nextafter
 
+import numpy as np
 import pytest
 
 from monitor.service.promql import (
     _MIN_NORMAL,
     _almost_equal,
     _monotonic,
+    _vector_exact,
+    bucket_fractions_at_or_below,
+    bucket_quantiles,
     extrapolated_increase,
     extrapolated_rate,
     fraction_at_or_below,
     histogram_fraction,
     histogram_quantile,
+    histogram_quantiles,
     reset_corrected_delta,
 )
 
@@ -149,3 +155,64 @@ def test_fraction_rules_of_prometheus_3_8() -> None:
     assert math.isnan(fraction_at_or_below(math.nan, BUCKETS))  # NaN is not 100 % attainment
     assert fraction_at_or_below(0.2, [(INF, 7.0)]) == 0.0  # only +Inf: nothing known below 0.2
     assert math.isnan(fraction_at_or_below(0.2, [(0.1, 5.0), (1.0, 7.0)]))  # no +Inf bucket
+
+
+def _hostile_rows(rng: random.Random, width: int) -> list[list[float]]:
+    """Bucket rates as derivations meet them, and as summed fleets and broken pages make them."""
+    rows = []
+    for _ in range(400):
+        counts = sorted(rng.choice((0.0, rng.uniform(0, 50), float(rng.randint(0, 9)))) for _ in range(width))
+        kind = rng.randrange(9)
+        spot = rng.randrange(1, width) if width > 1 else 0
+        if kind == 1:  # a rise within the small-delta tolerance (float noise of a fleet sum)
+            counts[spot] = counts[spot - 1] * (1 + rng.choice((0.5e-12, 1.5e-12, 3e-12))) + rng.choice((0, 1e-300))
+            counts[spot:] = [max(c, counts[spot]) for c in counts[spot:]]
+        elif kind == 2:  # a dip (float sums of rates)
+            counts[spot] = counts[spot - 1] - rng.uniform(0, 1)
+        elif kind == 3:
+            counts[spot] = rng.choice((math.nan, math.inf, -math.inf))
+        elif kind == 4:
+            counts = [0.0] * width  # no observations
+        elif kind == 5:
+            counts[spot] = -rng.uniform(0, 3)
+        elif kind == 6:
+            counts[spot] = counts[spot - 1] + 5e-324  # subnormal steps
+        elif kind == 7:
+            counts = [c * 1e-310 for c in counts]  # all subnormal
+        rows.append(counts)
+    return rows
+
+
+@pytest.mark.parametrize("bounds", [
+    (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, math.inf),
+    (-1.0, -0.5, 0.0, 0.5, math.inf),  # bounds at and below zero
+    (0.0, math.inf),
+    (1.0, math.inf),
+    (math.inf,),  # a single bucket
+    (0.1, 0.2, 1.0),  # no +Inf bucket
+    (0.1, 0.2, math.inf, math.nan),  # a bucket whose le reads NaN
+    (-math.inf, 0.5, math.inf),
+])
+def test_many_histograms_at_once_equal_one_by_one(bounds: tuple[float, ...]) -> None:
+    """The derivation's numpy path (all of a window's histograms per set of bounds) gives bit for
+    bit what histogram_quantiles and fraction_at_or_below give each histogram on its own."""
+    rng = random.Random(22)
+    rows = _hostile_rows(rng, len(bounds))
+    counts = np.array(rows, dtype=np.float64)
+    qs = (0.5, 0.95, 0.99, 0.0, 1.0, -0.5, 1.5, math.nan)
+    many = bucket_quantiles(qs, bounds, counts)
+    fractions = {t: bucket_fractions_at_or_below(t, bounds, counts) for t in (0.2, 0.05, 0.0, -1.0, 1e9, math.inf)}
+    for at, row in enumerate(rows):
+        one = histogram_quantiles(qs, list(zip(bounds, row, strict=True)))
+        assert many[at].tolist() == pytest.approx(one, nan_ok=True, rel=0, abs=0), (row, many[at], one)
+        for threshold, found in fractions.items():
+            alone = fraction_at_or_below(threshold, sorted(zip(bounds, row, strict=True)))
+            assert found[at] == pytest.approx(alone, nan_ok=True, rel=0, abs=0), (threshold, row)
+
+
+def test_the_vector_path_takes_the_usual_rows_and_leaves_tolerance_rows_to_the_walk() -> None:
+    counts = np.array([[0.0, 2.0, 5.0, 5.0, 9.0],  # the usual: rises, a flat bucket
+                       [1.0, 1.0 + 1e-13, 4.0, 4.0, 4.0],  # a rise inside the tolerance
+                       [0.0, 3.0, 2.0, 5.0, 5.0]])  # a dip: a running maximum repairs it as Prometheus does
+    exact = _vector_exact(counts, np.maximum.accumulate(counts, axis=1))
+    assert exact.tolist() == [True, False, True]
