@@ -47,7 +47,7 @@ from monitor.service.derive import (
     WindowStats,
     baseline_state,
     fleet_rates,
-    stats_from_rates,
+    stats_many,
     window_rates,
 )
 from monitor.service.discovery import DiscoveryError, FileDiscovery
@@ -365,13 +365,14 @@ class ServiceCollector:
         derived = Derived(at=now, stats={}, rates={})
         counts_errors = state.engine is not None and "errors" in state.engine.counters
         for window in self.windows:
-            rates = window_rates(
+            derived.rates[window.label] = window_rates(
                 state.store, now, window, state.baseline, self.settings.baseline_window.seconds, counts_errors,
                 self.settings.baseline_min_coverage,
             )
-            derived.rates[window.label] = rates
-            for model, model_rates in rates.items():
-                derived.stats[(model, window.label)] = stats_from_rates(model_rates, self.objectives)
+        keys = [(model, label) for label, rates in derived.rates.items() for model in rates]
+        # Every window's histograms at once: one numpy pass per set of bucket bounds.
+        every = stats_many([derived.rates[label][model] for model, label in keys], self.objectives)
+        derived.stats = dict(zip(keys, every, strict=True))
         return derived
 
     def assemble(self, now: float) -> ServiceView:
@@ -417,10 +418,11 @@ class ServiceCollector:
             # models served by two targets or more are summed.
             summed = fleet_rates([{m: r for m, r in target.items() if len(served[(m, window.label)]) > 1}
                                   for target in targets])
-            for model in dict.fromkeys(model for target in targets for model in target):
+            models = list(dict.fromkeys(model for target in targets for model in target))
+            shared = dict(zip(summed, stats_many(list(summed.values()), self.objectives), strict=True))
+            for model in models:
                 alone = served[(model, window.label)]
-                fleet = alone[0] if len(alone) == 1 else stats_from_rates(summed[model], self.objectives)
-                view.fleet[(model, window.label)] = fleet
+                view.fleet[(model, window.label)] = alone[0] if len(alone) == 1 else shared[model]
         return view
 
     def _baselines(self, state: TargetState) -> dict[str, dict[str, str]]:

@@ -18,10 +18,20 @@ the bucket bounds every target has (summing pages with different bounds would be
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import itemgetter
+from typing import TypeVar
 
-from monitor.service.promql import fraction_at_or_below, histogram_quantiles
+import numpy as np
+
+from monitor.service.promql import (
+    bucket_fractions_at_or_below,
+    bucket_quantiles,
+    fraction_at_or_below,
+    histogram_quantiles,
+)
 from monitor.service.series import SeriesStore
 
 QUANTILES = (0.5, 0.95, 0.99)
@@ -52,6 +62,7 @@ HISTOGRAMS = ("ttft", "tpot", "e2e", "queue", "prefill", "decode", "inference")
 LENGTH_HISTOGRAMS = ("prompt_len", "generation_len")
 
 LeRates = dict[float, float]
+Key = TypeVar("Key", str, float)
 
 
 @dataclass(frozen=True)
@@ -128,21 +139,17 @@ def window_rates(
     start = end - window.seconds
     per_model: dict[str, Rates] = {}
     http: dict[str, float] = {}
-    for (kind, metric, model, le), rate in store.rates(start, end).items():
+    for (kind, metric, model), by_le in store.family_rates(start, end):
         if kind == "http":
-            http[metric] = rate
+            http[metric] = by_le[None]
             continue
-        # Not setdefault(model, Rates()): that builds a Rates (five dicts) per series, ~400 a derive.
         rates = per_model.get(model)
         if rates is None:
             rates = per_model[model] = Rates()
-        if kind == "bucket" and le is not None:
-            le_rates = rates.buckets.get(metric)
-            if le_rates is None:
-                le_rates = rates.buckets[metric] = {}
-            le_rates[le] = rate
+        if kind == "bucket":
+            rates.buckets[metric] = by_le  # type: ignore[assignment]  # a bucket's le is never None
         else:
-            rates.counters[metric] = rate
+            rates.counters[metric] = by_le[None]
     if counts_errors:
         # An engine that counts errors creates that child on the first error (TGI): none yet is 0.
         for rates in per_model.values():
@@ -157,16 +164,16 @@ def window_rates(
         for model, first in reach.items():
             if model in per_model:
                 per_model[model].baseline_coverage = min(1.0, (start - first) / baseline_seconds)
-        for (kind, metric, model, le), rate in baseline.rates(start - baseline_seconds, start).items():
+        for (kind, metric, model), by_le in baseline.family_rates(start - baseline_seconds, start):
             # One rule for every baseline drawn from here: the throughput's and the request lengths'
             # (the cost layer's expensive-request P99).
             model_rates = per_model.get(model)
             if model_rates is None or (model_rates.baseline_coverage or 0.0) < min_coverage:
                 continue
-            if kind == "bucket" and le is not None:
-                model_rates.baseline_buckets.setdefault(metric, {})[le] = rate
+            if kind == "bucket":
+                model_rates.baseline_buckets[metric] = by_le  # type: ignore[assignment]
                 continue
-            model_rates.baseline_counters[metric] = rate
+            rate = model_rates.baseline_counters[metric] = by_le[None]
             if metric == "generation_tokens":
                 model_rates.baseline_generation = rate
                 model_rates.covered_generation = model_rates.counters.get("generation_tokens")
@@ -184,6 +191,18 @@ def baseline_state(coverage: float | None, baseline_seconds: float, min_coverage
 
 
 def stats_from_rates(rates: Rates, objectives: Objectives) -> WindowStats:
+    return stats_many([rates], objectives)[0]
+
+
+def stats_many(rates_list: Sequence[Rates], objectives: Objectives) -> list[WindowStats]:
+    """`stats_from_rates` of each, the quantiles and objective shares of all their histograms
+    found together: one numpy pass per set of bucket bounds instead of a Python walk per histogram."""
+    every = [_counter_stats(rates) for rates in rates_list]
+    _histogram_stats(rates_list, every, objectives)
+    return every
+
+
+def _counter_stats(rates: Rates) -> WindowStats:
     counters = rates.counters
     stats = WindowStats(
         requests_per_second=counters.get("requests"),
@@ -215,21 +234,51 @@ def stats_from_rates(rates: Rates, objectives: Objectives) -> WindowStats:
         if now is not None and baseline > 0:
             setattr(stats, over_name, now / baseline)
     stats.baseline_coverage = rates.baseline_coverage
-    for metric, le_rates in rates.buckets.items():
-        if metric in LENGTH_HISTOGRAMS:
-            stats.lengths[metric] = le_rates
-            continue
-        values = dict(zip(QUANTILES, histogram_quantiles(QUANTILES, list(le_rates.items())), strict=True))
-        finite = {q: v for q, v in values.items() if not math.isnan(v)}
-        if finite:
-            stats.quantiles[metric] = finite
     stats.baseline_lengths = rates.baseline_buckets
-    for metric, threshold in (("ttft", objectives.ttft_seconds), ("tpot", objectives.tpot_seconds)):
-        if metric in rates.buckets:
-            share = fraction_at_or_below(threshold, sorted(rates.buckets[metric].items()))
+    return stats
+
+
+def _histogram_stats(rates_list: Sequence[Rates], every: list[WindowStats], objectives: Objectives) -> None:
+    """Each window's quantiles (QUANTILES, NaN left out) and objective shares, in its buckets' order."""
+    thresholds = {"ttft": objectives.ttft_seconds, "tpot": objectives.tpot_seconds}
+    by_bounds: dict[tuple[float, ...], list[tuple[int, str]]] = {}
+    for at, rates in enumerate(rates_list):
+        for metric, le_rates in rates.buckets.items():
+            if metric not in LENGTH_HISTOGRAMS:
+                by_bounds.setdefault(tuple(sorted(le_rates)), []).append((at, metric))
+    quantiles: dict[tuple[int, str], list[float]] = {}
+    shares: dict[tuple[int, str], float] = {}
+    for bounds in [bounds for bounds in by_bounds if any(math.isnan(le) for le in bounds)]:
+        # A bound of NaN (`le="NaN"`) has no place in a sorted row: these go bucket by bucket, in
+        # the page's order, as they always did.
+        for at, metric in by_bounds.pop(bounds):
+            buckets = list(rates_list[at].buckets[metric].items())
+            quantiles[(at, metric)] = histogram_quantiles(QUANTILES, buckets)
+            if metric in thresholds:
+                shares[(at, metric)] = fraction_at_or_below(thresholds[metric], sorted(buckets))
+    for bounds, members in by_bounds.items():
+        counts = np.array([[rates_list[at].buckets[metric][le] for le in bounds] for at, metric in members],
+                          dtype=np.float64).reshape(len(members), len(bounds))
+        for member, values in zip(members, bucket_quantiles(QUANTILES, bounds, counts).tolist(), strict=True):
+            quantiles[member] = values
+        for metric, threshold in thresholds.items():
+            rows = [row for row, (_, name) in enumerate(members) if name == metric]
+            if rows:
+                found = bucket_fractions_at_or_below(threshold, bounds, counts[rows]).tolist()
+                for row, share in zip(rows, found, strict=True):
+                    shares[members[row]] = share
+    for at, (rates, stats) in enumerate(zip(rates_list, every, strict=True)):
+        for metric in rates.buckets:
+            if metric in LENGTH_HISTOGRAMS:
+                stats.lengths[metric] = rates.buckets[metric]
+                continue
+            finite = {q: v for q, v in zip(QUANTILES, quantiles[(at, metric)], strict=True) if not math.isnan(v)}
+            if finite:
+                stats.quantiles[metric] = finite
+        for metric in thresholds:
+            share = shares.get((at, metric), math.nan)
             if not math.isnan(share):
                 stats.slo_attainment[metric] = share
-    return stats
 
 
 def rank_imbalance(labelled: dict[str, dict[str, dict[str, float]]]) -> dict[str, float]:
@@ -249,44 +298,87 @@ def rank_imbalance(labelled: dict[str, dict[str, dict[str, float]]]) -> dict[str
 def fleet_rates(per_target: Iterable[dict[str, Rates]]) -> dict[str, Rates]:
     """Sum per-target rates by model; buckets only on the bounds that every target has."""
     fleet: dict[str, Rates] = {}
-    bounds: dict[tuple[str, str], set[float]] = {}
-    baseline_bounds: dict[tuple[str, str], set[float]] = {}
+    counters: dict[str, list[dict[str, float]]] = {}  # model -> each target's counter rates
+    baseline_counters: dict[str, list[dict[str, float]]] = {}
+    buckets: dict[tuple[str, str], list[LeRates]] = {}  # (model, metric) -> each target's bucket rates
+    baseline_buckets: dict[tuple[str, str], list[LeRates]] = {}
     for target in per_target:
         for model, rates in target.items():
-            total = fleet.setdefault(model, Rates())
-            for metric, value in rates.counters.items():
-                total.counters[metric] = total.counters.get(metric, 0.0) + value
-            _sum_buckets(total.buckets, rates.buckets, bounds, model)
-            _sum_buckets(total.baseline_buckets, rates.baseline_buckets, baseline_bounds, model)
+            total = fleet.get(model)
+            if total is None:
+                total = fleet[model] = Rates()
+                counters[model], baseline_counters[model] = [], []
+            counters[model].append(rates.counters)
+            baseline_counters[model].append(rates.baseline_counters)
+            for metric, le_rates in rates.buckets.items():
+                buckets.setdefault((model, metric), []).append(le_rates)
+            for metric, le_rates in rates.baseline_buckets.items():
+                baseline_buckets.setdefault((model, metric), []).append(le_rates)
             total.http_errors = _add(total.http_errors, rates.http_errors)
             total.http_all = _add(total.http_all, rates.http_all)
             total.baseline_generation = _add(total.baseline_generation, rates.baseline_generation)
-            for metric, value in rates.baseline_counters.items():
-                total.baseline_counters[metric] = total.baseline_counters.get(metric, 0.0) + value
             total.covered_generation = _add(total.covered_generation, rates.covered_generation)
             # The fleet's baseline is as far along as its least covered target's.
             if rates.baseline_coverage is not None:
                 total.baseline_coverage = min(rates.baseline_coverage, 1.0 if total.baseline_coverage is None
                                               else total.baseline_coverage)
-    for (model, metric), shared in bounds.items():
-        _keep_shared(fleet[model].buckets, metric, shared)
-    for (model, metric), shared in baseline_bounds.items():
-        _keep_shared(fleet[model].baseline_buckets, metric, shared)
+    for model, total in fleet.items():
+        total.counters = _sum_all(counters[model])
+        total.baseline_counters = _sum_all(baseline_counters[model])
+    for (model, metric), each in buckets.items():
+        fleet[model].buckets[metric] = _sum_shared(each)
+    for (model, metric), each in baseline_buckets.items():
+        fleet[model].baseline_buckets[metric] = _sum_shared(each)
     return fleet
 
 
-def _sum_buckets(total: dict[str, LeRates], add: dict[str, LeRates], bounds: dict[tuple[str, str], set[float]],
-                 model: str) -> None:
-    for metric, le_rates in add.items():
-        shared = bounds.setdefault((model, metric), set(le_rates))
-        shared &= set(le_rates)
-        summed = total.setdefault(metric, {})
+def _sum_all(each: list[dict[str, float]]) -> dict[str, float]:
+    """Counter rates summed over the targets, each counter over the targets that have it."""
+    first = tuple(each[0])
+    if len(each) > 1 and first and all(len(rates) == len(first) for rates in each):
+        summed = _sum_rows(each, first)  # every target has the first one's counters, and no other
+        if summed is not None:
+            return summed
+    total: dict[str, float] = {}
+    for rates in each:
+        for metric, value in rates.items():
+            total[metric] = total.get(metric, 0.0) + value
+    return total
+
+
+def _sum_rows(each: Sequence[Mapping[Key, float]], keys: tuple[Key, ...]) -> dict[Key, float] | None:
+    """`keys` summed over `each`, in its order, as a loop would add them (None: one lacks a key).
+
+    `add.accumulate` sums in row order, so the floats are the loop's, bit for bit; a plain `sum`
+    over the rows may pair them up instead.
+    """
+    row_of = itemgetter(*keys) if len(keys) > 1 else lambda rates: (rates[keys[0]],)
+    try:
+        rows = np.fromiter(chain.from_iterable(map(row_of, each)), dtype=np.float64, count=len(each) * len(keys))
+    except KeyError:
+        return None
+    summed = 0.0 + np.add.accumulate(rows.reshape(len(each), len(keys)), axis=0)[-1]
+    return dict(zip(keys, summed.tolist(), strict=True))
+
+
+def _sum_shared(each: list[LeRates]) -> LeRates:
+    """The targets' bucket rates summed on the bounds they all have, target after target.
+
+    Where every target has the first one's bounds (one engine version across the fleet), numpy adds
+    the rows. 1,000 targets x 10 models x 7 histograms x 2 windows were 2.4 M Python additions an
+    assemble.
+    """
+    first = tuple(each[0])
+    if len(each) > 1 and first:
+        fast = _sum_rows(each, first)  # None: a target lacks one of the first one's bounds
+        if fast is not None:
+            return fast
+    shared = set(first).intersection(*each[1:])
+    summed: LeRates = {}
+    for le_rates in each:
         for le, value in le_rates.items():
             summed[le] = summed.get(le, 0.0) + value
-
-
-def _keep_shared(buckets: dict[str, LeRates], metric: str, shared: set[float]) -> None:
-    buckets[metric] = {le: v for le, v in buckets[metric].items() if le in shared}
+    return {le: value for le, value in summed.items() if le in shared}
 
 
 def _error_ratio(rates: Rates) -> float | None:

@@ -9,6 +9,7 @@ A series missing from a scrape holds NaN there.
 
     store.append(snapshot)                      # after each scrape
     store.rates(start, end) -> {(kind, metric, model, le): summed rate}
+    store.family_rates(start, end) -> ((kind, metric, model), {le: summed rate}), ...
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,6 +40,17 @@ Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
 
 
+@dataclass(frozen=True)
+class _Layout:
+    groups: int  # how many groups it was built for
+    families: list[Family]
+    les: list[tuple[float | None, ...]]  # per family, its groups' `le` (None: a counter)
+    order: Ints  # group ids, family by family
+    starts: Ints  # where each family's groups start in `order`
+    ends: list[int]
+    sizes: list[int]
+
+
 class SeriesStore:
     def __init__(self, retention_seconds: float) -> None:
         self.retention = retention_seconds
@@ -54,6 +67,7 @@ class SeriesStore:
         self._present = np.zeros((0, 0), dtype=np.int64)
         self._last_valid: Floats = np.full(0, math.nan)
         self._family_rows: dict[Family, tuple[tuple[Any, ...], Ints]] = {}  # rows move: cleared then
+        self._layout_cache: _Layout | None = None
 
     def append(self, snap: Snapshot) -> None:
         # The column first: trimming it may drop rows that aged out and move the others up, so
@@ -97,6 +111,59 @@ class SeriesStore:
 
     def rates(self, start: float, end: float) -> dict[GroupKey, float]:
         """Sum of Prometheus `rate()` per group over (start, end]: left-open, as Prometheus 3.x selects."""
+        summed = self._group_rates(start, end)
+        if summed is None:
+            return {}
+        sums, seen = summed
+        return dict(zip(map(self._groups.__getitem__, seen.tolist()), sums[seen].tolist(), strict=True))
+
+    def family_rates(self, start: float, end: float) -> Iterator[tuple[Family, dict[float | None, float]]]:
+        """`rates()` by family: each (kind, metric, model) with its groups' rates by `le` (None for
+        a counter), in the order the families first appeared; a family without a rate is left out.
+
+        What a derivation reads, without a tuple key to unpack and a dict to look up per group.
+        """
+        summed = self._group_rates(start, end)
+        if summed is None:
+            return
+        sums, seen = summed
+        layout = self._layout()
+        present = np.zeros(len(self._groups), dtype=bool)
+        present[seen] = True
+        values = sums[layout.order].tolist()
+        found = present[layout.order]
+        complete = np.add.reduceat(found, layout.starts).tolist()
+        for family, les, begin, end_at, size, n in zip(layout.families, layout.les, layout.starts.tolist(),
+                                                        layout.ends, layout.sizes, complete, strict=True):
+            if n == size:
+                yield family, dict(zip(les, values[begin:end_at], strict=True))
+            elif n:
+                kept = found[begin:end_at].tolist()
+                yield family, {le: v for le, v, ok in zip(les, values[begin:end_at], kept, strict=True) if ok}
+
+    def _layout(self) -> _Layout:
+        """The groups ordered by family (groups are only ever added: rebuilt when one is)."""
+        if self._layout_cache is not None and self._layout_cache.groups == len(self._groups):
+            return self._layout_cache
+        by_family: dict[Family, list[int]] = {}
+        for group_id, (kind, metric, model, _) in enumerate(self._groups):
+            by_family.setdefault((kind, metric, model), []).append(group_id)
+        order = [group_id for ids in by_family.values() for group_id in ids]
+        sizes = [len(ids) for ids in by_family.values()]
+        ends = np.cumsum(sizes).tolist()
+        self._layout_cache = _Layout(
+            groups=len(self._groups),
+            families=list(by_family),
+            les=[tuple(self._groups[group_id][3] for group_id in ids) for ids in by_family.values()],
+            order=np.asarray(order, dtype=np.int64),
+            starts=np.asarray([0, *ends[:-1]], dtype=np.int64),
+            ends=ends,
+            sizes=sizes,
+        )
+        return self._layout_cache
+
+    def _group_rates(self, start: float, end: float) -> tuple[Floats, Ints] | None:
+        """Per group: the summed rate (by group id), and the ids of the groups that have one."""
         # Durations from integer milliseconds, like Prometheus: float seconds near 1.8e9 would
         # carry ~1e-7 s of rounding into every extrapolation.
         end_ms = to_ms(end)
@@ -105,7 +172,7 @@ class SeriesStore:
         last = bisect_right(self.times, end_ms) - 1
         n = len(self.keys)
         if last - first < 1 or n == 0:
-            return {}
+            return None
         rows, a, b = self._ends(n, first, last)
         times = np.asarray(self.times, dtype=np.int64)
         t0, t1 = (times[a] - start_ms) / 1000, (times[b] - start_ms) / 1000
@@ -116,9 +183,10 @@ class SeriesStore:
         total = _extrapolate(increase, t0, t1, v0, count, seconds) / seconds
         keep = ~np.isnan(total)
         groups = self._group_of[rows[keep]]
-        sums = np.bincount(groups, weights=total[keep], minlength=len(self._groups))
-        seen = np.nonzero(np.bincount(groups, minlength=len(self._groups)))[0]
-        return dict(zip(map(self._groups.__getitem__, seen.tolist()), sums[seen].tolist(), strict=True))
+        weighted = np.bincount(groups, weights=total[keep], minlength=len(self._groups))
+        sums: Floats = weighted.astype(np.float64, copy=False)
+        seen: Ints = np.nonzero(np.bincount(groups, minlength=len(self._groups)))[0].astype(np.int64, copy=False)
+        return sums, seen
 
     def _ends(self, n: int, first: int, last: int) -> tuple[Ints, Ints, Ints]:
         """The rows with two samples or more in columns first..last, and each one's first and last

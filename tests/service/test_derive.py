@@ -11,7 +11,7 @@ import math
 import pytest
 
 from monitor.promtext import parse
-from monitor.service.derive import Objectives, Window, fleet_rates, stats_from_rates, window_rates
+from monitor.service.derive import Objectives, Rates, Window, fleet_rates, stats_from_rates, window_rates
 from monitor.service.engines import VLLM_V0, VLLM_V1
 from monitor.service.extract import Snapshot, extract
 from monitor.service.series import SeriesStore
@@ -222,3 +222,68 @@ def test_store_rates_equal_the_reference_per_series_with_gaps_at_any_column(seed
             expected += (increase or 0.0) / seconds
         got = series.rates(end - seconds, end)[("counter", "requests", MODEL, None)]
         assert got == pytest.approx(expected, rel=1e-9)
+
+
+def test_family_rates_are_the_group_rates_by_family() -> None:
+    # What window_rates reads (family by family, `le` -> rate) is rates() regrouped: the same
+    # numbers, no group missing or added, also where a bucket stops appearing part-way (its
+    # family then lists only the buckets with a rate) and where a model comes later.
+    snapshots = []
+    for step in range(8):
+        ttft = {"0.1": 2.0 * step, "0.5": 3.0 * step, "+Inf": 4.0 * step}
+        if step >= 6:
+            del ttft["0.5"]  # gone from the last scrapes: under two samples in a short window
+        text = page(ttft, success=5.0 * step, gen=7.0 * step)
+        if step >= 3:
+            text += page({"1": step, "+Inf": 2.0 * step}, success=step).replace(f'model_name="{MODEL}"',
+                                                                            'model_name="late"')
+        snapshots.append(snap(text, 15.0 * step))
+    series = store(snapshots)
+    for seconds in (20.0, 61.0, 200.0):
+        expected = series.rates(105.0 - seconds, 105.0)
+        regrouped = {(kind, metric, model, le): rate
+                     for (kind, metric, model), by_le in series.family_rates(105.0 - seconds, 105.0)
+                     for le, rate in by_le.items()}
+        assert regrouped == expected
+        assert list(regrouped) == list(expected)  # and in the same order, each family's groups having come together
+    assert ("bucket", "ttft", MODEL, 0.5) not in series.rates(85.0, 105.0)
+    assert ("bucket", "ttft", MODEL, 0.5) in series.rates(44.0, 105.0)
+
+
+def _summed_bucket_by_bucket(each: list[dict[float, float]]) -> dict[float, float]:
+    """The fleet's bucket sum as it was written before numpy: target after target, on shared bounds."""
+    shared = set(each[0]).intersection(*each[1:])
+    summed: dict[float, float] = {}
+    for le_rates in each:
+        for le, value in le_rates.items():
+            summed[le] = summed.get(le, 0.0) + value
+    return {le: value for le, value in summed.items() if le in shared}
+
+
+@pytest.mark.parametrize("targets", [2, 3, 1000])
+def test_the_fleet_bucket_sum_is_the_sequential_sum_bit_for_bit(targets: int) -> None:
+    # Rates whose sum depends on the order it is taken in (1e16 swallows a 1 added after it, not
+    # 1e16 other ones): numpy's row sum must add target after target, as the loop did, or the
+    # fleet's quantiles move in their last bits against what they were.
+    import random
+
+    rng = random.Random(targets)
+    bounds = [0.1, 0.5, 1.0, 2.5, math.inf]
+    for shape in ("same", "reordered", "one_short", "one_more", "single_bound"):
+        each = []
+        for index in range(targets):
+            les = list(bounds[-1:] if shape == "single_bound" else bounds)
+            if shape == "reordered" and index % 2:
+                les.reverse()
+            if shape == "one_short" and index == targets - 1:
+                les.remove(0.5)
+            if shape == "one_more" and index == 1:
+                les.append(5.0)
+            each.append({le: rng.choice((1e16, 1.0, 1e-8, -0.0, rng.uniform(0, 1e6), 1 / 3)) for le in les})
+        per_target = [{MODEL: Rates(buckets={"ttft": rates}, baseline_buckets={"prompt_len": rates})}
+                      for rates in each]
+        fleet = fleet_rates(per_target)[MODEL]
+        expected = _summed_bucket_by_bucket(each)
+        for summed in (fleet.buckets["ttft"], fleet.baseline_buckets["prompt_len"]):
+            assert list(summed) == list(expected), shape  # the same bounds, in the first target's order
+            assert [repr(v) for v in summed.values()] == [repr(v) for v in expected.values()], shape
