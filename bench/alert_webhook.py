@@ -203,9 +203,10 @@ def _row(scenario: Scenario, kind: str, alert: str, took: dict[str, float | None
     wait = scenario.group_wait or "default"
     # From when the engine's own samples first showed the condition: the monitor's part alone.
     since = _s(ours - seen) if ours is not None and seen is not None else "       --"
+    shown = _s(seen) if alert in RAW_CONDITIONS else "     n/a"
     after = "meets" if ours is not None and seen is not None and ours - seen <= goal else "--"
     return (f"{scenario.name:<8} {scenario.scrape:>6} {scenario.hold:>5} {wait:>8}  {kind:>13} -> {alert:<13}"
-            f" {_s(ours)} {_s(theirs)}   {goal:5.1f} s ({verdict})  {_s(seen)} {since} ({after})")
+            f" {_s(ours)} {_s(theirs)}   {goal:5.1f} s ({verdict})  {shown} {since} ({after})")
 
 
 def _s(value: float | None) -> str:

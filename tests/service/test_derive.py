@@ -287,3 +287,35 @@ def test_the_fleet_bucket_sum_is_the_sequential_sum_bit_for_bit(targets: int) ->
         for summed in (fleet.buckets["ttft"], fleet.baseline_buckets["prompt_len"]):
             assert list(summed) == list(expected), shape  # the same bounds, in the first target's order
             assert [repr(v) for v in summed.values()] == [repr(v) for v in expected.values()], shape
+
+
+def test_a_derivation_of_many_histograms_at_once_equals_each_window_on_its_own() -> None:
+    # Over VECTOR_HISTOGRAMS the quantiles and objective shares go through numpy by set of bounds
+    # (walked where few share them); one window alone is always walked. Same numbers, bit for bit.
+    import random
+
+    from monitor.service.derive import VECTOR_HISTOGRAMS, stats_many
+
+    rng = random.Random(7)
+    common = [0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0, math.inf]
+    rare = [0.3, 3.0, math.inf]  # bounds only a few histograms have: walked inside the numpy path
+
+    def buckets(bounds: list[float]) -> dict[float, float]:
+        counts = sorted(rng.choice((0.0, rng.uniform(0, 40))) for _ in bounds)
+        if rng.random() < 0.2:
+            counts[3 % len(counts)] *= 1 + 1e-13  # a rise inside the small-delta tolerance
+        order = list(zip(bounds, counts, strict=True))
+        rng.shuffle(order)  # a dict's order is the page's, not the bounds'
+        return dict(order)
+
+    windows = []
+    for index in range(24):
+        metrics = {name: buckets(common) for name in ("ttft", "tpot", "e2e", "queue", "prefill", "decode")}
+        metrics["inference"] = buckets(rare if index < 3 else common)
+        metrics["prompt_len"] = buckets(common)
+        windows.append(Rates(counters={"requests": 1.0}, buckets=metrics))
+    assert sum(len(rates.buckets) for rates in windows) >= VECTOR_HISTOGRAMS
+    objectives = Objectives(ttft_seconds=0.2, tpot_seconds=0.05)
+    together = stats_many(windows, objectives)
+    assert together == [stats_from_rates(rates, objectives) for rates in windows]
+    assert all(stats.quantiles and stats.slo_attainment for stats in together)
