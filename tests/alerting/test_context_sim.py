@@ -104,8 +104,10 @@ SCENARIOS = {
     # >= 94 % and a preemption or a finish leaves it >= 90 % (with 32 blocks, one preempted request
     # left 78 % and a queue: queue_saturation, seen beside two CPU hogs). 33 requests/s fit in
     # the cut cache, 260 in the whole one: the queue forms at 60/s only under the fault.
+    # 1,024 usable KV tokens: ~8 requests of 45-125 tokens fill them. At 2,048 the cache held 12
+    # running requests at 48 % beside two CPU hogs (the load sent too few) and nothing was named.
     "kv_cache_pressure": Scenario(
-        [("kv_pressure", 0.125)], rps=60, engine={"kv_cache_tokens": 16384},
+        [("kv_pressure", 0.0625)], rps=60, engine={"kv_cache_tokens": 16384},
         profile=LatencyProfile(prefill_s=0.005, prefill_per_token_s=0.0, per_token_s=0.01,
                                output_tokens=(40, 80), jitter=0.1),
         load={"prompt_words": (30, 40), "max_tokens": None}),
