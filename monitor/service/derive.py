@@ -269,16 +269,10 @@ def _histogram_stats(rates_list: Sequence[Rates], every: list[WindowStats], obje
                 by_bounds.setdefault(tuple(sorted(le_rates)), []).append((at, metric))
     quantiles: dict[tuple[int, str], list[float]] = {}
     shares: dict[tuple[int, str], float] = {}
-    for bounds in [bounds for bounds in by_bounds if any(math.isnan(le) for le in bounds)]:
-        # A bound of NaN (`le="NaN"`) has no place in a sorted row: these go bucket by bucket, in
-        # the page's order, as they always did.
-        for at, metric in by_bounds.pop(bounds):
-            buckets = list(rates_list[at].buckets[metric].items())
-            quantiles[(at, metric)] = histogram_quantiles(QUANTILES, buckets)
-            if metric in thresholds:
-                shares[(at, metric)] = fraction_at_or_below(thresholds[metric], sorted(buckets))
     for bounds, members in by_bounds.items():
-        if len(members) < VECTOR_ROWS:  # a single-model page's two windows: numpy would cost more
+        # Walked one by one, in the page's order: a set of bounds few histograms share (numpy would
+        # cost more), or one with a bound of NaN (`le="NaN"`), which has no place in a sorted row.
+        if len(members) < VECTOR_ROWS or any(math.isnan(le) for le in bounds):
             for at, metric in members:
                 buckets = list(rates_list[at].buckets[metric].items())
                 quantiles[(at, metric)] = histogram_quantiles(QUANTILES, buckets)
