@@ -402,6 +402,8 @@ class CauseSettings(_Section):
         0.5, ge=0, le=1, description="prefix_cache_drop: the prefix-cache hit ratio below this share of its baseline's")
     prefix_cache_min_ratio: float = Field(
         0.2, ge=0, le=1, description="... where the baseline's hit ratio was at least this (below it, noise)")
+    prefix_cache_min_requests: float = Field(
+        20.0, ge=0, description="... over at least this many requests in the alert's window (fewer: noise)")
     gpu_busy_ratio: float = Field(0.9, ge=0, le=1, description="... while the target's GPUs are this busy")
     throttle_reasons: list[str] = Field(
         default_factory=lambda: ["sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"],

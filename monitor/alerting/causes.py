@@ -90,12 +90,13 @@ CAUSES: tuple[CauseRule, ...] = (
               "{waiting} requests wait behind {running} running (no GPU readings for it): more load than capacity.",
               "... or, with no GPU readings for the target, while it runs requests"),
     CauseRule("prefix_cache_drop", "service", (_c("prefix_cache_baseline", "<", "prefix_cache_baseline_ratio"),
-                                               _c("prefix_cache_was", ">=", "prefix_cache_min_ratio")),
+                                               _c("prefix_cache_was", ">=", "prefix_cache_min_ratio"),
+                                               _c("prefix_cache_requests", ">=", "prefix_cache_min_requests")),
               "the prefix cache finds {prefix_cache} of the prompt tokens against {prefix_cache_was} over its "
               "baseline: more of every prompt is computed again (a changed system prompt or template, lost "
               "cache affinity, or prefixes evicted), so prefills take longer.",
               "the prefix-cache hit ratio < prefix_cache_baseline_ratio of its baseline's, which was "
-              ">= prefix_cache_min_ratio"),
+              ">= prefix_cache_min_ratio, over >= prefix_cache_min_requests requests in the window"),
     CauseRule("gpu_memory", "service", (_c("gpu_memory", ">=", "gpu_memory_ratio"),),
               "GPU memory is {gpu_memory} used on {gpus}: out-of-memory risk.",
               "GPU memory used >= gpu_memory_ratio"),
@@ -202,17 +203,22 @@ def signals(context: Context, settings: CauseSettings) -> Signals:
           sum, lambda v: f"{v:g}")
     worst("throughput_baseline", [t.throughput_baseline_ratio for t in up_targets
                                   if t.throughput_baseline_ratio is not None], min, _pct)
-    _prefix_cache_signals(up_targets, values, texts)
+    _prefix_cache_signals(up_targets, settings, values, texts)
     _gpu_signals(context, settings, values, texts)
     _quality_signals(context, values, texts)
     _cost_signals(context, values, texts)
     return Signals(values, texts)
 
 
-def _prefix_cache_signals(up_targets: list[TargetFacts], values: dict[str, float], texts: dict[str, str]) -> None:
-    """The target whose prefix-cache hit ratio fell furthest against its baseline's (one that had one)."""
+def _prefix_cache_signals(up_targets: list[TargetFacts], settings: CauseSettings, values: dict[str, float],
+                          texts: dict[str, str]) -> None:
+    """The target whose prefix-cache hit ratio fell furthest against its baseline's (one that had one),
+    of those that finished enough requests in the window for the ratio to be the cache's: the hit
+    ratio of a window that held a request or two is one prompt's (a fifth of the demo's traffic,
+    1.6 requests in a scorecard window, read as a halved cache)."""
     fell = [(t.prefix_cache_hit_ratio / t.prefix_cache_hit_ratio_baseline, t) for t in up_targets
-            if t.prefix_cache_hit_ratio is not None and t.prefix_cache_hit_ratio_baseline]
+            if t.prefix_cache_hit_ratio is not None and t.prefix_cache_hit_ratio_baseline
+            and t.requests is not None and t.requests >= settings.prefix_cache_min_requests]
     if not fell:
         return
     share, worst = min(fell, key=lambda pair: pair[0])
@@ -221,6 +227,8 @@ def _prefix_cache_signals(up_targets: list[TargetFacts], values: dict[str, float
     values["prefix_cache"], texts["prefix_cache"] = worst.prefix_cache_hit_ratio, _pct(worst.prefix_cache_hit_ratio)
     values["prefix_cache_was"] = worst.prefix_cache_hit_ratio_baseline
     texts["prefix_cache_was"] = _pct(worst.prefix_cache_hit_ratio_baseline)
+    assert worst.requests is not None
+    values["prefix_cache_requests"], texts["prefix_cache_requests"] = worst.requests, f"{worst.requests:.0f}"
 
 
 def _gpu_signals(context: Context, settings: CauseSettings, values: dict[str, float], texts: dict[str, str]) -> None:

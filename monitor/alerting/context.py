@@ -53,6 +53,7 @@ class TargetFacts:
     throughput_baseline_ratio: float | None = None
     request_error_ratio: float | None = None
     requests_per_second: float | None = None
+    requests: float | None = None  # requests finished over the window (its rate x its length)
     rank_imbalance_ratio: float | None = None  # busiest data-parallel rank over the mean load
     engines_sleeping: float | None = None  # ranks not awake (vLLM sleep mode)
     prefix_cache_hit_ratio: float | None = None
@@ -205,11 +206,12 @@ def _target_facts(service: ServiceView, name: str, model: str | None, window: st
     if not target.recognized:
         return [TargetFacts(name, model, None, up=True, recognized=False)]
     window = _window(service, window)
+    seconds = next((w.seconds for w in service.windows if w.label == window), None)
     models: list[str | None] = [model] if model else [*_models(target)] or [None]
-    return [_one_model(target, m, window) for m in models]
+    return [_one_model(target, m, window, seconds) for m in models]
 
 
-def _one_model(target: TargetView, model: str | None, window: str | None) -> TargetFacts:
+def _one_model(target: TargetView, model: str | None, window: str | None, seconds: float | None) -> TargetFacts:
     def gauge(key: str) -> float | None:
         return target.gauges.get(key, {}).get(model) if model is not None else None
 
@@ -224,6 +226,8 @@ def _one_model(target: TargetView, model: str | None, window: str | None) -> Tar
         throughput_baseline_ratio=stats.throughput_baseline_ratio if stats else None,
         request_error_ratio=stats.error_ratio if stats else None,
         requests_per_second=stats.requests_per_second if stats else None,
+        requests=stats.requests_per_second * seconds if stats and stats.requests_per_second is not None
+        and seconds is not None else None,
         prefix_cache_hit_ratio=stats.prefix_cache_hit_ratio if stats else None,
         prefix_cache_hit_ratio_baseline=stats.prefix_cache_hit_ratio_baseline if stats else None,
     )

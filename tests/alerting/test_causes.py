@@ -54,6 +54,28 @@ def test_a_prefix_cache_that_found_little_before_is_no_cause() -> None:
     assert "finds 10 % of the prompt tokens against 60 % over its baseline" in dropped
 
 
+def test_a_prefix_cache_ratio_over_a_few_requests_is_no_cause() -> None:
+    # A fifth of the traffic: 0.05 requests/s finish, 3 in the alert's 1m window, and the two short
+    # prompts among them found nothing. Nobody waits: less traffic, not a lost cache.
+    drop = {"alertname": "ThroughputDrop", "target": "vllm-a", "model": MODEL, "window": "1m"}
+    few = views([target(waiting=0, throughput_baseline_ratio=0.2, requests_per_second=0.05,
+                        prefix_cache_hit_ratio=0.1, prefix_cache_hit_ratio_baseline=0.35)], [gpu(util=0.2)])
+    assert cause_id(probable_cause(build_context(drop, few), DEFAULTS)) == "traffic_drop"
+    # The same ratios over 30 requests are the cache's; the threshold is configurable.
+    enough = views([target(waiting=0, throughput_baseline_ratio=0.2, requests_per_second=0.5,
+                           prefix_cache_hit_ratio=0.1, prefix_cache_hit_ratio_baseline=0.35)], [gpu(util=0.2)])
+    assert cause_id(probable_cause(build_context(drop, enough), DEFAULTS)) == "prefix_cache_drop"
+    stricter = CauseSettings(prefix_cache_min_requests=31)
+    assert cause_id(probable_cause(build_context(drop, enough), stricter)) == "traffic_drop"
+    # Of two targets, the one with enough requests speaks for the cache.
+    two = views([target(waiting=0, throughput_baseline_ratio=0.2, requests_per_second=0.05,
+                        prefix_cache_hit_ratio=0.0, prefix_cache_hit_ratio_baseline=0.35),
+                 target("vllm-b", waiting=0, throughput_baseline_ratio=0.2, requests_per_second=1.0,
+                        prefix_cache_hit_ratio=0.1, prefix_cache_hit_ratio_baseline=0.4)], [gpu(util=0.2)])
+    by_model = {"alertname": "ThroughputDrop", "model": MODEL, "window": "1m"}
+    assert "finds 10 % of the prompt tokens against 40 %" in probable_cause(build_context(by_model, two), DEFAULTS)
+
+
 def test_balanced_ranks_leave_the_queue_to_capacity() -> None:
     balanced = views([ranked(target(waiting=12, running=64), running={"0": 32, "1": 32}, waiting={"0": 6, "1": 6})],
                      [gpu(util=0.98, reasons=("sw_power_cap",))])
