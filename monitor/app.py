@@ -16,6 +16,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.concurrency import run_in_threadpool
 
 from monitor.alerting.am_receiver import add_alertmanager_route
 from monitor.auth import write_access
@@ -60,8 +61,9 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:  # the background render's bytes (a fresh one before)
         latest = monitor.exposition.latest
-        if latest is not None and latest.gzipped and "gzip" in request.headers.get("accept-encoding", ""):
-            return Response(latest.gzipped, media_type=CONTENT_TYPE_LATEST,
+        if latest is not None and "gzip" in request.headers.get("accept-encoding", ""):
+            packed = await run_in_threadpool(latest.gzipped)  # once per render, off the loop
+            return Response(packed, media_type=CONTENT_TYPE_LATEST,
                             headers={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
         return Response(monitor.metrics_text(), media_type=CONTENT_TYPE_LATEST)
 

@@ -51,7 +51,7 @@ from monitor.quality.layer import QualityLayer
 from monitor.quality.render import render_quality
 from monitor.scrape import pool_limits
 from monitor.service.collector import ServiceCollector
-from monitor.service.render import render_objectives, render_service
+from monitor.service.render import ServiceText, render_objectives, render_service
 from monitor.service.schedule import SCRAPES, Spreader, render_schedule
 from monitor.store.baseline import BaselineHistory
 from monitor.store.quality import QualityStore
@@ -155,7 +155,7 @@ class Monitor:
         self.jobs.append(Job("delivery", 1.0, self.delivery.run_once))
         self.jobs.append(Job("store", settings.storage.check_interval.seconds, self.store_io.probe))
         renderers: list[Renderer] = [
-            lambda: render_service(self.service.view),
+            lambda: render_service(self.service.view),  # first: the exposition renders it apart (skip=1)
             lambda: [render_objectives(self.service.view)],
             lambda: render_infra(self.infra.view),
             lambda: render_health(self.health),
@@ -187,7 +187,12 @@ class Monitor:
             self.alerting.collected = self.collected
         # What /metrics serves under `infermon serve`, and what in-process readers take:
         # `monitor.exposition.latest.body`, rendered once per publish tick in the worker thread.
-        self.exposition = ExpositionCache(self.registry, wall)
+        # The service layer's families come first on the page: rendered apart, each target's lines
+        # kept until it is scraped again (ServiceText), the other layers' through the registry.
+        self.service_text = ServiceText()
+        self.exposition = ExpositionCache(
+            make_registry(renderers, skip=1), wall,
+            prefix=lambda writer, out: self.service_text.render(self.service.view, writer, out))
 
     async def run_job(self, job: Job) -> None:
         with self.health.step(job.name):  # what escapes a run is logged and counted; the job goes on

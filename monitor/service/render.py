@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 
 from monitor.catalog import family
-from monitor.service.collector import ServiceView
+from monitor.exporter import TextWriter, header
+from monitor.service.collector import ServiceView, TargetView
 from monitor.service.derive import WindowStats, rank_imbalance
 
 # Our metric -> WindowStats attribute, for the plain per-window gauges.
@@ -167,3 +169,72 @@ def _target_gauges(view: ServiceView) -> Iterator[Metric]:
             lora_max.add_sample(lora_max.name, {"target": name}, float(target.lora.max_lora))
     yield lora
     yield lora_max
+
+
+_STALE_COUNT = "inference_monitor_stale_targets"  # the one family about all targets at once
+
+
+@dataclass
+class _Lines:
+    """One target's sample lines, family by family, and what they were rendered from."""
+
+    key: tuple[object, ...]
+    sources: tuple[object, ...]
+    texts: dict[str, str]
+
+
+class ServiceText:
+    """`render_service`'s page, byte for byte, with each target's lines kept until its view changes.
+
+    Under `infermon serve` the page is rendered every publish tick (5 s) while a target is scraped
+    every 15 s: two renders in three found it as it was. Its lines are reused then (its view holds
+    the same gauges and stats objects, and the same state); only the fleet-wide rows and the stale
+    count are rendered each time. A target's lines are those `render_service` writes for a view of
+    that target alone, so the page equals the whole render (tests/service/test_schedule.py).
+    """
+
+    def __init__(self) -> None:
+        self._targets: dict[str, _Lines] = {}
+        self._headers: list[tuple[str, str]] | None = None
+
+    def render(self, view: ServiceView, writer: TextWriter, out: list[str]) -> None:
+        """Append the service layer's families to `out` (in the worker thread, one render at a time)."""
+        if self._headers is None:  # every family, in render_service's order (it yields empty ones too)
+            self._headers = [(fam.name, header(fam)) for fam in render_service(_alone(view, {}, {}))]
+        kept: dict[str, _Lines] = {}
+        for name, target in view.targets.items():
+            key = (target.up, target.stale, target.waiting, target.recognized, target.engine, target.generation)
+            sources = (target.gauges, target.labelled, target.lora, target.stats)
+            lines = self._targets.get(name)
+            if lines is None or lines.key != key or not all(
+                    a is b or (not a and not b) for a, b in zip(lines.sources, sources, strict=True)):
+                lines = _Lines(key, sources, _texts(_alone(view, {name: target}, {}), writer))
+            kept[name] = lines
+        self._targets = kept
+        fleet = _texts(_alone(view, {}, view.fleet), writer)
+        stale = family(_STALE_COUNT)
+        stale.add_sample(_STALE_COUNT, {"collector": "service"},
+                         float(sum(1 for target in view.targets.values() if target.stale)))
+        fleet[_STALE_COUNT] = _text(stale, writer)
+        every = [lines.texts for lines in kept.values()]
+        for name, head in self._headers:
+            body = "".join([texts[name] for texts in every if name in texts])
+            body += fleet.get(name, "")
+            if body:
+                out.append(head)
+                out.append(body)
+
+
+def _alone(view: ServiceView, targets: dict[str, TargetView], fleet: dict[tuple[str, str], WindowStats]) -> ServiceView:
+    return ServiceView(view.ts, view.windows, view.objectives, targets=targets, fleet=fleet)
+
+
+def _texts(view: ServiceView, writer: TextWriter) -> dict[str, str]:
+    """Family name -> its sample lines, for the families with samples (the stale count left out)."""
+    return {fam.name: _text(fam, writer) for fam in render_service(view) if fam.samples and fam.name != _STALE_COUNT}
+
+
+def _text(fam: Metric, writer: TextWriter) -> str:
+    out: list[str] = []
+    writer.samples(fam, out)
+    return "".join(out)

@@ -228,7 +228,7 @@ def test_pre_rendered_metrics_equal_a_fresh_render() -> None:
     monitor.publish()
     assert monitor.exposition.latest is not None and monitor.exposition.latest.sequence == 2
     assert monitor.exposition.latest.body == fresh  # the cached label texts change nothing
-    assert gzip.decompress(monitor.exposition.latest.gzipped) == fresh  # what gzip-accepting scrapers get
+    assert gzip.decompress(monitor.exposition.latest.gzipped()) == fresh  # what gzip-accepting scrapers get
 
 
 # -- the real app under 200 targets --------------------------------------------------------------
