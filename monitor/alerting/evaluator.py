@@ -41,6 +41,7 @@ class ActiveAlert:
     state: State = "pending"
     fired_at: float | None = None
     keep_firing_since: float | None = None
+    rendered_for: tuple[float, str] | None = None  # the value and series name its annotations were rendered for
 
     @property
     def fingerprint(self) -> str:
@@ -79,7 +80,7 @@ class RuleState:
         for fp, alert in found.items():
             known = self.active.get(fp)
             if known is not None:
-                known.value, known.annotations = alert.value, alert.annotations
+                known.value, known.annotations, known.rendered_for = alert.value, alert.annotations, alert.rendered_for
             else:
                 alert.active_at = ts
                 self.active[fp] = alert
@@ -94,8 +95,17 @@ class RuleState:
             labels.update({name: template.render(data) for name, template in rule.labels.items()})
             labels["alertname"] = rule.name
             labels = {k: v for k, v in labels.items() if v != ""}  # an empty label is no label, as in Prometheus
-            alert = ActiveAlert(labels, {k: t.render(data) for k, t in rule.annotations.items()}, value, 0.0)
-            fp = alert.fingerprint
+            fp = fingerprint(labels)
+            # The annotations read the labels (the same, by the fingerprint), the value and the series'
+            # name: an alert whose value has not moved since the last evaluation keeps its texts (at
+            # 1,000 targets a rule matching each one rendered 1,000 descriptions every publish tick).
+            source = (value, series.get("__name__", ""))
+            known = self.active.get(fp)
+            if known is not None and known.rendered_for is not None and _same(known.rendered_for, source):
+                annotations = known.annotations
+            else:
+                annotations = {k: t.render(data) for k, t in rule.annotations.items()}
+            alert = ActiveAlert(labels, annotations, value, 0.0, rendered_for=source)
             if fp in found:
                 raise EvaluationError(f"{rule.name}: two series give the same alert labels {labels}")
             found[fp] = alert
@@ -120,3 +130,8 @@ class RuleState:
                 alert.state, alert.fired_at = "firing", ts
                 transitions.append(Transition(rule, alert, ts))
         return transitions
+
+
+def _same(a: tuple[float, str], b: tuple[float, str]) -> bool:
+    """The same value (NaN is NaN here: its texts are the same) and series name."""
+    return a[1] == b[1] and (a[0] == b[0] or (a[0] != a[0] and b[0] != b[0]))

@@ -44,6 +44,31 @@ def test_pending_then_firing_after_for_then_resolved() -> None:
     assert resolved.status == "resolved" and resolved.resolved_at == 60 and states(state) == {}
 
 
+def test_annotations_follow_the_value_and_the_series_and_nothing_else_is_rendered_again() -> None:
+    rule = make_rule("t > 80 or u > 80")
+    rule = AlertRule(rule.name, rule.group, rule.key, rule.expr_text, rule.expr, 0.0, 0.0, rule.labels,
+                     {"description": Template("{{ $labels.__name__ }} {{ $labels.gpu }} at {{ $value }}")})
+    state = RuleState(rule)
+
+    def text() -> str:
+        return next(iter(state.active.values())).annotations["description"]
+
+    state.evaluate(temps(90), 0)
+    assert text() == "t 0 at 90"
+    kept = next(iter(state.active.values())).annotations
+    state.evaluate(temps(90), 15)
+    assert text() == "t 0 at 90" and next(iter(state.active.values())).annotations is kept  # not rendered again
+    state.evaluate(temps(95), 30)
+    assert text() == "t 0 at 95"
+    # The same labels and value from another series: its name is in the text, so it is rendered again.
+    state.evaluate({"u": [({"__name__": "u", "gpu": "0"}, 95.0)]}, 45)
+    assert text() == "u 0 at 95"
+    nan = RuleState(make_rule("t != 0"))
+    nan.evaluate(temps(float("nan")), 0)
+    nan.evaluate(temps(float("nan")), 15)
+    assert next(iter(nan.active.values())).annotations == {"description": "0 at NaN"}
+
+
 def test_a_dip_restarts_for_and_a_pending_alert_resolves_silently() -> None:
     state = RuleState(make_rule("t > 80", for_s=30))
     state.evaluate(temps(90), 0)
