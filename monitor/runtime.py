@@ -30,7 +30,6 @@ from monitor.alerting.embedded import (
     EmbeddedEvaluator,
     StateChanges,
     Transitions,
-    exposition_samples,
     registry_samples,
 )
 from monitor.alerting.explain import Explainer
@@ -342,18 +341,23 @@ class Monitor:
         if self.alerting is None:
             return
         interval = self.settings.alerting.evaluation_interval.seconds
+        slack = min(0.5, 0.05 * interval)
         with self.health.run("alerts"):
             latest = self.exposition.latest
             if latest is None:
                 samples, ts = registry_samples(self.registry, self.alerting.metrics), self.wall()
-            else:
+                with self.alerting.lock:
+                    alerts = self.alerting.advance(samples, ts, slack)
+                    if alerts is None:
+                        return  # this instant is evaluated already
+                    changes = self.alerting.changes()
+            else:  # read back and advanced in the worker thread, off the loop
                 loop = asyncio.get_running_loop()
-                samples = await loop.run_in_executor(self.cpu, exposition_samples, latest.body, self.alerting.metrics)
-                ts = latest.rendered_at
-            alerts = self.alerting.advance(samples, ts, slack=min(0.5, 0.05 * interval))
-            if alerts is None:
-                return  # this instant is evaluated already
-            changes = self.alerting.changes()
+                done = await loop.run_in_executor(self.cpu, self.alerting.advance_page, latest.body,
+                                                  latest.rendered_at, slack)
+                if done is None:
+                    return
+                alerts, changes = done
         # The transitions and states go to the store thread; a failure there is the store's, not the rules'.
         with contextlib.suppress(StoreUnavailable, SQLAlchemyError):
             await self.store_io.call(self._write_alerts, alerts, changes)
