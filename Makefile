@@ -62,6 +62,7 @@ lint: $(STAMP)
 bench: $(STAMP) tools
 	$(PY) -m bench.service_scrape
 	$(PY) -m bench.fleet_view
+	$(PY) -m bench.alert_eval
 	$(PY) -m bench.memory_serve
 	$(PY) -m bench.infra_collect
 	$(PY) -m bench.quality_judge

@@ -190,17 +190,17 @@ class ServiceText:
     every 15 s: two renders in three found it as it was. Its lines are reused then (its view holds
     the same gauges and stats objects, and the same state); only the fleet-wide rows and the stale
     count are rendered each time. A target's lines are those `render_service` writes for a view of
-    that target alone, so the page equals the whole render (tests/service/test_schedule.py).
+    that target alone, so the page equals the whole render (tests/service/test_service_text.py).
     """
 
     def __init__(self) -> None:
         self._targets: dict[str, _Lines] = {}
-        self._headers: list[tuple[str, str]] | None = None
+        self._headers: dict[str, str] = {}  # family name -> HELP/TYPE, in render_service's order
 
     def render(self, view: ServiceView, writer: TextWriter, out: list[str]) -> None:
         """Append the service layer's families to `out` (in the worker thread, one render at a time)."""
-        if self._headers is None:  # every family, in render_service's order (it yields empty ones too)
-            self._headers = [(fam.name, header(fam)) for fam in render_service(_alone(view, {}, {}))]
+        if not self._headers:  # every family, in render_service's order (it yields empty ones too)
+            self._headers = {fam.name: header(fam) for fam in render_service(_alone(view, {}, {}))}
         kept: dict[str, _Lines] = {}
         for name, target in view.targets.items():
             key = (target.up, target.stale, target.waiting, target.recognized, target.engine, target.generation)
@@ -208,30 +208,36 @@ class ServiceText:
             lines = self._targets.get(name)
             if lines is None or lines.key != key or not all(
                     a is b or (not a and not b) for a, b in zip(lines.sources, sources, strict=True)):
-                lines = _Lines(key, sources, _texts(_alone(view, {name: target}, {}), writer))
+                lines = _Lines(key, sources, self._texts(_alone(view, {name: target}, {}), writer))
             kept[name] = lines
         self._targets = kept
-        fleet = _texts(_alone(view, {}, view.fleet), writer)
+        fleet = self._texts(_alone(view, {}, view.fleet), writer)
         stale = family(_STALE_COUNT)
         stale.add_sample(_STALE_COUNT, {"collector": "service"},
                          float(sum(1 for target in view.targets.values() if target.stale)))
         fleet[_STALE_COUNT] = _text(stale, writer)
         every = [lines.texts for lines in kept.values()]
-        for name, head in self._headers:
+        for name, head in self._headers.items():
             body = "".join([texts[name] for texts in every if name in texts])
             body += fleet.get(name, "")
             if body:
                 out.append(head)
                 out.append(body)
 
+    def _texts(self, view: ServiceView, writer: TextWriter) -> dict[str, str]:
+        """Family name -> its sample lines, for the families with samples (the stale count left out)."""
+        texts: dict[str, str] = {}
+        for fam in render_service(view):
+            if fam.samples and fam.name != _STALE_COUNT:
+                texts[fam.name] = _text(fam, writer)
+                # A family render_service yields only for some views would otherwise be left out
+                # (it yields every one today): it goes last, its lines kept.
+                self._headers.setdefault(fam.name, header(fam))
+        return texts
+
 
 def _alone(view: ServiceView, targets: dict[str, TargetView], fleet: dict[tuple[str, str], WindowStats]) -> ServiceView:
     return ServiceView(view.ts, view.windows, view.objectives, targets=targets, fleet=fleet)
-
-
-def _texts(view: ServiceView, writer: TextWriter) -> dict[str, str]:
-    """Family name -> its sample lines, for the families with samples (the stale count left out)."""
-    return {fam.name: _text(fam, writer) for fam in render_service(view) if fam.samples and fam.name != _STALE_COUNT}
 
 
 def _text(fam: Metric, writer: TextWriter) -> str:

@@ -1,0 +1,67 @@
+"""The shipped alert rules evaluated on the /metrics page of N targets, as `infermon serve` does
+each publish tick (`EmbeddedEvaluator.advance_page`: the page read back, then every rule).
+
+The page is `bench.fleet_view`'s: N targets serving the V1 fixture's model, whose TTFT is over
+TTFTP99High's threshold, so two rules match every target (2 x N alerts). The first evaluation
+renders every alert's annotations; the later ones alternate the same page again (no value moved:
+most targets in a tick, scraped every 15 s and published every 5) and a page where every
+target's TTFT moved by 1 % (each alert's description rendered again).
+
+    python -m bench.alert_eval [--targets 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from bench.fleet_view import build
+from monitor.alerting.embedded import EmbeddedEvaluator, exposition_samples
+from monitor.alerting.rules import load_rules
+from monitor.config import SHIPPED_RULE_FILES
+from monitor.exporter import make_registry, render_text
+from monitor.service.render import render_service
+from monitor.store.session import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--targets", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    collector, now = build(args.targets, 1)
+    view = collector.assemble(now)
+    body = render_text(make_registry([lambda: render_service(view)]))
+    for target in view.targets.values():
+        for stats in target.stats.values():
+            stats.quantiles = {key: {q: v * 1.01 for q, v in by_q.items()} for key, by_q in stats.quantiles.items()}
+    moved = render_text(make_registry([lambda: render_service(view)]))
+    assert moved != body
+    rules = load_rules([ROOT / "alerts" / f"{name}.yml" for name in SHIPPED_RULE_FILES])
+    evaluator = EmbeddedEvaluator(rules, Store("sqlite://").engine)
+    read = []
+    for _ in range(args.repeats):
+        started = time.process_time()
+        exposition_samples(body, evaluator.metrics)
+        read.append(time.process_time() - started)
+    times: dict[str, list[float]] = {"first": [], "same page": [], "every TTFT moved": []}
+    ts = now
+    rounds = [(moved, "every TTFT moved"), (moved, "same page"), (body, "every TTFT moved"), (body, "same page")]
+    for page, kind in [(body, "first"), *rounds * args.repeats]:
+        ts += 5.0
+        started = time.process_time()
+        done = evaluator.advance_page(page, ts, 0.0)
+        times[kind].append(time.process_time() - started)
+        assert done is not None
+    alerts = sum(len(state.active) for state in evaluator.states)
+    print(f"{args.targets} targets, {alerts} alerts active: the page read back "
+          f"{statistics.median(read) * 1e3:.0f} ms; read back + every rule, CPU time: "
+          + ", ".join(f"{kind} {statistics.median(seconds) * 1e3:.0f} ms" for kind, seconds in times.items()))
+
+
+if __name__ == "__main__":
+    main()
