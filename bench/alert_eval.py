@@ -1,5 +1,6 @@
 """The shipped alert rules evaluated on the /metrics page of N targets, as `infermon serve` does
-each publish tick (`EmbeddedEvaluator.advance_page`: the page read back, then every rule).
+each publish tick (`EmbeddedEvaluator.advance_page`: the page read back, then every rule; the
+states are then saved, as the store thread does, untimed).
 
 The page is `bench.fleet_view`'s: N targets serving the V1 fixture's model, whose TTFT is over
 TTFTP99High's threshold, so two rules match every target (2 x N alerts). The first evaluation
@@ -57,6 +58,7 @@ def main() -> None:
         done = evaluator.advance_page(page, ts, 0.0)
         times[kind].append(time.process_time() - started)
         assert done is not None
+        evaluator.write(*done)  # the store thread's part, untimed: the states saved, as under serve
     alerts = sum(len(state.active) for state in evaluator.states)
     print(f"{args.targets} targets, {alerts} alerts active: the page read back "
           f"{statistics.median(read) * 1e3:.0f} ms; read back + every rule, CPU time: "

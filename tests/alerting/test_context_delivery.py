@@ -97,19 +97,25 @@ def test_alertmanager_posted_alert_gains_the_monitors_context(tmp_path: Path) ->
             wait_for(lambda: getattr(monitor.service.view.targets.get("vllm-a"), "up", False))
             with alertmanager(tmp_path, url) as am:
                 assert httpx.post(f"{am}/api/v2/alerts", json=_posted(), timeout=5).status_code == 200
-                wait_for(lambda: all(im.accepted(k) for k in KINDS), 30)
+                # Both alerts, in one notification or two (beside two CPU hogs Alertmanager's
+                # groups reached the monitor apart, and its delivery sent them apart)
+                wait_for(lambda: all(im.accepted(k) for k in KINDS) and len(_webhook_alerts(im)) >= 2, 30)
                 metrics = monitor.metrics_text().decode()
-    body = im.accepted("webhook")[0]
-    assert set(body) == PAYLOAD_KEYS and all(set(a) == ALERT_KEYS for a in body["alerts"])
-    assert all(isinstance(v, str) for a in body["alerts"] for v in a["annotations"].values())
-    AmPayload.model_validate(body)  # a consumer of Alertmanager webhooks still reads it
-    by_target = {a["labels"]["target"]: a["annotations"] for a in body["alerts"]}
+    for body in im.accepted("webhook"):
+        assert set(body) == PAYLOAD_KEYS and all(set(a) == ALERT_KEYS for a in body["alerts"])
+        assert all(isinstance(v, str) for a in body["alerts"] for v in a["annotations"].values())
+        AmPayload.model_validate(body)  # a consumer of Alertmanager webhooks still reads it
+        assert "context" not in body["commonAnnotations"] or len(body["alerts"]) == 1
+    by_target = {a["labels"]["target"]: a["annotations"] for a in _webhook_alerts(im)}
     ours = by_target["vllm-a"]
     # the posted alert has no window: its facts are the shortest window's, what holds now
     assert f"vllm-a model={MODEL} window=1m requests running: 12" in ours["context"].splitlines()
     assert assert_context_matches(ours["context"], metrics) >= 3
     assert ours["probable_cause"].split(":", 1)[0] == "unknown"
     assert "context" not in by_target["not-ours"] and "probable_cause" not in by_target["not-ours"]
-    assert "context" not in body["commonAnnotations"]
-    slack = str(im.accepted("slack")[0])
+    slack = str(im.accepted("slack"))
     assert "probable_cause: unknown" in slack and "context: vllm-a model=" in slack
+
+
+def _webhook_alerts(im: ImServer) -> list[dict[str, Any]]:
+    return [alert for body in im.accepted("webhook") for alert in body["alerts"]]

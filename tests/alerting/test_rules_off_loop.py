@@ -7,12 +7,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from monitor.config import load_settings
+from monitor.alerting.embedded import EmbeddedEvaluator, exposition_samples
+from monitor.alerting.rules import load_rules
+from monitor.config import SHIPPED_RULE_FILES, load_settings
 from monitor.runtime import Monitor
+from monitor.store.session import Store
 from tests.appserver import serve_app
 from tests.conftest import FIXTURES
 from tests.pageserver import Page, PageServer
@@ -50,3 +54,21 @@ def test_served_rules_advance_in_the_worker_thread_and_the_api_reads_them() -> N
     assert set(published) == {"infermon-cpu_0"}, threads
     assert status["alerting"]["last_evaluation"] is not None and status["alerting"]["errors"] == []
     assert alerts.status_code == 200
+
+
+def test_the_read_back_keeps_series_dicts_and_equals_a_fresh_read() -> None:
+    rules = load_rules([Path(__file__).resolve().parents[2] / "alerts" / f"{name}.yml" for name in SHIPPED_RULE_FILES])
+    evaluator = EmbeddedEvaluator(rules, Store("sqlite://").engine)
+    first = (b'# HELP inference_target_up x\n# TYPE inference_target_up gauge\n'
+             b'inference_target_up{target="a"} 1.0\ninference_target_up{target="b"} 0.0\n'
+             b'# HELP inference_request_error_ratio x\n# TYPE inference_request_error_ratio gauge\n'
+             b'inference_request_error_ratio{model="m",target="a",window="5m"} 0.5\n'
+             b'inference_request_error_ratio{model="m",window="5m"} 0.25\n')
+    second = first.replace(b"} 0.5", b"} 0.75").replace(b'target="b"} 0.0', b'target="c"} 1.0')
+    for body in (first, second, first):
+        assert evaluator._read_back(body) == exposition_samples(body, evaluator.metrics)
+    again = evaluator._read_back(first)["inference_target_up"][0][0]
+    assert again is evaluator._read_back(second)["inference_target_up"][0][0]  # kept, not built again
+    assert dict(again) == {"target": "a", "__name__": "inference_target_up"}
+    fleet = evaluator._read_back(first)["inference_request_error_ratio"][1][0]
+    assert "target" not in fleet and fleet["window"] == "5m"
