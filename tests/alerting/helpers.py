@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -11,6 +13,14 @@ from monitor.config import ReceiverSettings
 from tests.alerting.imserver import BEARER, KINDS, SECRETS, ImServer
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 30.0) -> None:
+    """Until `condition()` holds, polled every 50 ms; fails after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
 
 
 @dataclass

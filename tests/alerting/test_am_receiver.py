@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -16,7 +16,7 @@ from sqlalchemy import create_engine
 from monitor.config import load_settings
 from monitor.runtime import Monitor
 from tests.alerting.alertmanager_payload import am_payload
-from tests.alerting.helpers import receiver_data
+from tests.alerting.helpers import receiver_data, wait_for
 from tests.alerting.imserver import BEARER, KINDS, SECRETS, TOKENS, ImServer
 from tests.appserver import serve_app
 
@@ -34,12 +34,6 @@ def monitor_app(im: ImServer, token: str | None = API_TOKEN,
     with serve_app(monitor) as url, httpx.Client(base_url=url, timeout=10) as client:
         yield monitor, client
 
-
-def wait_for(condition: Callable[[], bool], seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def test_token_required() -> None:

@@ -5,8 +5,6 @@ a stall of /healthz every publish tick (bench.scale). The readers on the loop ta
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +15,10 @@ from monitor.alerting.rules import load_rules
 from monitor.config import SHIPPED_RULE_FILES, load_settings
 from monitor.runtime import Monitor
 from monitor.store.session import Store
+from tests.alerting.helpers import wait_for
 from tests.appserver import serve_app
 from tests.conftest import FIXTURES
 from tests.pageserver import Page, PageServer
-
-
-def wait_for(condition: Callable[[], bool], seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def test_served_rules_advance_in_the_worker_thread_and_the_api_reads_them() -> None:

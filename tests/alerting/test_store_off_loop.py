@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import httpx
 
 from tests.alerting.alertmanager_payload import am_payload
-from tests.alerting.helpers import receiver_data
+from tests.alerting.helpers import receiver_data, wait_for
 from tests.alerting.imserver import ImServer
 from tests.conftest import FIXTURES
 from tests.latency import healthz_probe
@@ -50,12 +49,6 @@ def served(tmp_path: Path, im: ImServer, **api: Any) -> Iterator[tuple[str, Page
     finally:
         pages.close()
 
-
-def wait_for(condition: Callable[[], bool], seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def many_alerts(count: int, pad: int = 0) -> dict[str, Any]:
