@@ -68,14 +68,23 @@ def registry_samples(registry: CollectorRegistry, names: set[str]) -> dict[str, 
     return out
 
 
-def exposition_samples(body: bytes, names: set[str]) -> dict[str, list[Sample]]:
+def exposition_samples(body: bytes, names: set[str], parser: Parser | None = None,
+                       kept: dict[tuple[str, Labels], Mapping[str, str]] | None = None) -> dict[str, list[Sample]]:
     """The samples of `names` read back from a rendered /metrics page (the pre-rendered exposition
-    under `infermon serve`): the same samples as `registry_samples`, without a second render."""
-    page = Parser().parse(body.decode(), wanted=names)
+    under `infermon serve`): the same samples as `registry_samples`, without a second render.
+    A reader of page after page passes its `parser` and the series' label dicts it `kept`: the same
+    series come back every tick (at 1,000 targets, building their dicts anew was half the read-back)."""
+    page = (parser or Parser()).parse(body.decode(), wanted=names)
+    kept = {} if kept is None else kept
     out: dict[str, list[Sample]] = {}
     for name, series in page.samples.items():
-        out[name] = [({**{k: v for k, v in labels if v != ""}, "__name__": name}, value)
-                     for labels, value in series.items()]
+        rows: list[Sample] = []
+        for labels, value in series.items():
+            found = kept.get((name, labels))
+            if found is None:
+                found = kept[(name, labels)] = {**{k: v for k, v in labels if v != ""}, "__name__": name}
+            rows.append((found, value))
+        out[name] = rows
     return out
 
 
@@ -161,22 +170,10 @@ class EmbeddedEvaluator:
             return None if alerts is None else (alerts, self.changes())
 
     def _read_back(self, body: bytes) -> dict[str, list[Sample]]:
-        """`exposition_samples`, with this evaluator's parser and each series' label dict kept from
-        one page to the next (the same series come back every tick: at 1,000 targets building
-        their dicts anew was half of the 130 ms read-back). Only the worker thread calls it."""
+        """`exposition_samples` with this evaluator's parser and kept label dicts (the worker thread's)."""
         if len(self._series) > _SERIES_LIMIT:
             self._series.clear()
-        page, series_cache = self._parser.parse(body.decode(), wanted=self.metrics), self._series
-        out: dict[str, list[Sample]] = {}
-        for name, series in page.samples.items():
-            rows: list[Sample] = []
-            for labels, value in series.items():
-                found = series_cache.get((name, labels))
-                if found is None:
-                    found = series_cache[(name, labels)] = {**{k: v for k, v in labels if v != ""}, "__name__": name}
-                rows.append((found, value))
-            out[name] = rows
-        return out
+        return exposition_samples(body, self.metrics, self._parser, self._series)
 
     def _advance(self, samples: dict[str, list[Sample]], ts: float, slack: float) -> list[Alert]:
         alerts = [Alert(row.labels, row.annotations, _utc(row.fired_at or row.active_at), _utc(ts))
