@@ -1,5 +1,6 @@
 """The HTTP path of one scrape alone: httpx (`fetch_page`, the injected-client path) against
-httpcore directly (`fetch_page_core`, what `infermon serve` scrapes with).
+the target's own kept-alive connection (`fetch_target_page`: h11 over an asyncio protocol, what
+`infermon serve` scrapes with), and httpcore's pool (what it scraped with before) for reference.
 
 Sequential keep-alive GETs of the 55 KB V1 page and the ~1 MB fleet page from the page farm;
 the median time per complete fetch (request sent, whole body read) for each client.
@@ -15,12 +16,13 @@ import ssl
 import statistics
 import time
 
+import httpcore
 import httpx
 
 from bench.pagefarm import PageFarm
 from bench.pages import fleet_page, v1_page
 from monitor.config import load_settings
-from monitor.scrape import fetch_page, fetch_page_core, target_pool
+from monitor.scrape import fetch_page, fetch_target_page, target_connection
 
 
 async def with_httpx(url: str, count: int) -> list[float]:
@@ -34,12 +36,27 @@ async def with_httpx(url: str, count: int) -> list[float]:
 
 
 async def with_httpcore(url: str, count: int) -> list[float]:
+    """httpcore's pool, one connection kept alive, the whole body read (no checks: a lower bound)."""
     timings = []
-    async with target_pool(load_settings(None).service, ssl.create_default_context()) as pool:
+    async with httpcore.AsyncConnectionPool(max_connections=1, max_keepalive_connections=1) as pool:
         for _ in range(count):
             started = time.perf_counter()
-            await fetch_page_core(pool, url, 10.0, 50_000_000)
+            async with pool.stream("GET", url, headers=[(b"Accept", b"text/plain")]) as response:
+                b"".join([chunk async for chunk in response.aiter_stream()]).decode()
             timings.append(time.perf_counter() - started)
+    return timings
+
+
+async def with_kept(url: str, count: int) -> list[float]:
+    timings = []
+    conn = target_connection(load_settings(None).service, ssl.create_default_context())
+    try:
+        for _ in range(count):
+            started = time.perf_counter()
+            await fetch_target_page(conn, url, 10.0, 50_000_000)
+            timings.append(time.perf_counter() - started)
+    finally:
+        await conn.aclose()
     return timings
 
 
@@ -48,17 +65,18 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300)
     args = parser.parse_args()
     pages = {"v1": v1_page().encode(), "fleet": fleet_page().encode()}
-    print(f"{'page':<6} {'bytes':>9} {'httpx ms':>9} {'httpcore ms':>12} {'ratio':>6}")
+    print(f"{'page':<6} {'bytes':>9} {'httpx ms':>9} {'httpcore ms':>12} {'kept ms':>8} {'httpx/kept':>10}"
+          f" {'httpcore/kept':>13}")
     for name, body in pages.items():
         with PageFarm([body], processes=1) as farm:
             url = farm.urls(1)[0]
             results = {}
-            for client, fetch in (("httpx", with_httpx), ("httpcore", with_httpcore)):
+            for client, fetch in (("httpx", with_httpx), ("httpcore", with_httpcore), ("kept", with_kept)):
                 timings = asyncio.run(fetch(url, args.requests))
                 results[client] = statistics.median(timings[10:])
-        ratio = results["httpx"] / results["httpcore"]
-        ours, theirs = results["httpx"] * 1000, results["httpcore"] * 1000
-        print(f"{name:<6} {len(body):>9} {ours:>9.3f} {theirs:>12.3f} {ratio:>6.2f}")
+        ms = {client: seconds * 1000 for client, seconds in results.items()}
+        print(f"{name:<6} {len(body):>9} {ms['httpx']:>9.3f} {ms['httpcore']:>12.3f} {ms['kept']:>8.3f}"
+              f" {results['httpx'] / results['kept']:>10.2f} {results['httpcore'] / results['kept']:>13.2f}")
 
 
 if __name__ == "__main__":

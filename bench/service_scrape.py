@@ -28,7 +28,7 @@ from bench.promserver import PrometheusServer
 from monitor.config import load_settings
 from monitor.health import HealthBook
 from monitor.promtext import check_text
-from monitor.scrape import fetch_page_core
+from monitor.scrape import fetch_target_page
 from monitor.service.collector import ServiceCollector, TargetState
 from monitor.service.engines import detect
 from monitor.service.extract import Snapshot, extract
@@ -93,7 +93,7 @@ async def measure(url: str, seconds: float) -> tuple[list[float], list[float], S
         http = []  # the HTTP path alone, on the same kept-alive connection
         for _ in range(50):
             started = time.perf_counter()
-            fetched = await fetch_page_core(pool, url, 10.0, settings.max_page_bytes)
+            fetched = await fetch_target_page(pool, url, 10.0, settings.max_page_bytes)
             http.append(time.perf_counter() - started)
         breakdown = {"http": statistics.median(http[5:]),
                      **stages(collector, collector.targets["bench"], fetched.text, fetched.openmetrics)}

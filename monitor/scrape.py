@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import os
 import ssl
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
-import httpcore
+import h11
 import httpx
 
 from monitor.config import ServiceSettings
@@ -34,7 +36,6 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 # again on a new connection; so does this, once, within the same deadline. A server that closes
 # every connection unanswered still fails the scrape, with the same reason.
 _STALE_HTTPX = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
-_STALE_CORE = (httpcore.RemoteProtocolError, httpcore.ReadError, httpcore.WriteError)
 
 
 def pool_limits(settings: ServiceSettings) -> httpx.Limits:
@@ -152,70 +153,270 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
         cause = cause.__cause__ or cause.__context__
 
 
-# -- the same exchange on httpcore directly --------------------------------------------------------
-# httpx costs ~0.3 ms a request on top of httpcore on the 55 KB page and ~7 ms on a 1.1 MB one
-# (bench/http_client.py): its request/response models, decoders and re-chunking. The spread
-# scheduler gives every target its own httpcore pool and fetches here; the injected httpx client
-# (tests, `infermon check`, dcgm targets) keeps `fetch_page`. Same errors, word for word.
+# -- the same exchange on one kept-alive connection per target ----------------------------------
+# The spread scheduler gives every target a `TargetConnection`: h11 (the HTTP/1.1 state machine
+# httpcore itself runs on) over an asyncio protocol. The body arrives in the transport's own
+# reads (256 KiB) straight into the protocol, with no stream, pool, lock or anyio layer between:
+# `python -m bench.http_client` has it at 0.17 ms against httpcore's 0.53 ms per 55 KB page.
+# The injected httpx client (tests, `infermon check`, dcgm targets) keeps `fetch_page`. Same
+# errors, word for word (h11 writes the protocol errors' text for both).
+
+_READ_ERROR, _PROTOCOL_ERROR = "ReadError", "RemoteProtocolError"
+_NO_ANSWER = "Server disconnected without sending a response."
 
 
-def target_pool(settings: ServiceSettings, tls: ssl.SSLContext) -> httpcore.AsyncConnectionPool:
-    """One target's own connection, kept alive from one scrape to the next."""
-    return httpcore.AsyncConnectionPool(ssl_context=tls, max_connections=4, max_keepalive_connections=1,
-                                        keepalive_expiry=pool_limits(settings).keepalive_expiry)
+class _Stale(Exception):
+    """The exchange failed before any answer came: sent again once on a new connection."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
-async def fetch_page_core(pool: httpcore.AsyncConnectionPool, url: str, timeout_s: float,
-                          max_bytes: int) -> FetchedPage:
-    """`fetch_page` over an httpcore pool: one deadline, redirects followed, credentials as Basic auth."""
+class _Exchange(asyncio.Protocol):
+    """One connection: feeds what arrives to h11 and completes the waiting GET's future."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.h11 = h11.Connection(h11.CLIENT)
+        self.transport: asyncio.Transport | None = None
+        self.max_bytes = max_bytes
+        self.waiter: asyncio.Future[tuple[h11.Response, bytes]] | None = None
+        self.response: h11.Response | None = None
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.lost = False  # the peer closed (or reset) the connection
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._feed(data)
+
+    def eof_received(self) -> bool:
+        self.lost = True
+        self._feed(b"")
+        return False  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if exc is not None:
+            self._fail(_READ_ERROR, str(exc) or type(exc).__name__)
+        else:
+            self._feed(b"")
+
+    def _fail(self, kind: str, reason: str) -> None:
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return
+        if self.response is None:
+            waiter.set_exception(_Stale(f"{kind}: {reason}"))
+        else:
+            waiter.set_exception(ScrapeError(f"{kind}: {reason}"))
+        self.close()
+
+    def _feed(self, data: bytes) -> None:
+        if self.waiter is None or self.waiter.done():
+            return
+        if not data and self.response is None and self.h11.their_state is h11.SEND_RESPONSE:
+            self._fail(_PROTOCOL_ERROR, _NO_ANSWER)
+            return
+        try:
+            self.h11.receive_data(data)
+            self._pump()
+        except h11.RemoteProtocolError as exc:
+            self._fail(_PROTOCOL_ERROR, str(exc))
+
+    def _pump(self) -> None:
+        assert self.waiter is not None
+        while True:
+            event = self.h11.next_event()
+            if event is h11.NEED_DATA or event is h11.PAUSED:
+                return
+            if isinstance(event, h11.Response):
+                self.response = event
+                if event.status_code != 200:  # an error or a redirect: its body is never read
+                    self.waiter.set_result((event, b""))
+                    self.close()
+                    return
+                declared = _header(event, b"content-length")
+                if declared.isdigit() and int(declared) > self.max_bytes:
+                    self._limit(f"page larger than {self.max_bytes} bytes ({declared})")
+                    return
+            elif isinstance(event, h11.Data):
+                self.size += len(event.data)
+                if self.size > self.max_bytes:
+                    self._limit(f"page larger than {self.max_bytes} bytes")
+                    return
+                self.chunks.append(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                assert self.response is not None
+                self.waiter.set_result((self.response, b"".join(self.chunks)))
+                return
+            elif isinstance(event, h11.ConnectionClosed):
+                return
+
+    def _limit(self, reason: str) -> None:
+        assert self.waiter is not None
+        self.waiter.set_exception(ScrapeError(reason))
+        self.close()  # the rest of the body is never read: the connection cannot be reused
+
+    async def get(self, target: bytes, headers: list[tuple[bytes, bytes]]) -> tuple[h11.Response, bytes]:
+        assert self.transport is not None
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.response, self.chunks, self.size = None, [], 0
+        self.transport.write(self.h11.send(h11.Request(method=b"GET", target=target, headers=headers))
+                             + (self.h11.send(h11.EndOfMessage()) or b""))
+        try:
+            return await self.waiter
+        finally:
+            self.waiter = None
+
+    def open(self) -> bool:
+        return not self.lost and self.transport is not None and not self.transport.is_closing()
+
+    def next_cycle(self) -> bool:
+        """Ready for the next request after a whole exchange (False: the connection must close)."""
+        if not self.open() or self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
+            return False
+        self.h11.start_next_cycle()
+        return True
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _header(response: h11.Response, name: bytes) -> str:
+    for key, value in response.headers:
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return ""
+
+
+class TargetConnection:
+    """One target's HTTP/1.1 connection, kept alive from one scrape to the next (one at a time).
+
+    A kept-alive connection idle past `keepalive_s` is not reused; a connection the server has
+    closed, or one that must close after its answer (`Connection: close`, HTTP/1.0), neither.
+    """
+
+    def __init__(self, tls: ssl.SSLContext, keepalive_s: float) -> None:
+        self.tls = tls
+        self.keepalive_s = keepalive_s
+        self.origin: tuple[str, str, int] | None = None
+        self.exchange: _Exchange | None = None
+        self.idle_since = 0.0
+        self.lock = asyncio.Lock()
+
+    async def get(self, url: httpx.URL, headers: list[tuple[bytes, bytes]],
+                  max_bytes: int) -> tuple[h11.Response, bytes]:
+        """One GET, sent again once on a new connection when it failed before any answer."""
+        async with self.lock:
+            for attempt in (1, 2):
+                exchange = await self._connection(url, max_bytes)
+                try:
+                    answer = await exchange.get(url.raw_path, [(b"Host", url.netloc), *headers])
+                except _Stale as exc:
+                    self._drop()
+                    if attempt == 2:
+                        raise ScrapeError(exc.reason) from None
+                    continue
+                except BaseException:  # a deadline or an error mid-answer: the connection's state is unknown
+                    self._drop()
+                    raise
+                if exchange.next_cycle():
+                    self.idle_since = time.monotonic()
+                else:
+                    self._drop()
+                return answer
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _connection(self, url: httpx.URL, max_bytes: int) -> _Exchange:
+        scheme = url.scheme
+        if scheme not in ("http", "https"):
+            raise ScrapeError(f"UnsupportedProtocol: Request URL has an unsupported protocol '{scheme}://'.")
+        port = url.port or (443 if scheme == "https" else 80)
+        origin = (scheme, url.host, port)
+        kept = self.exchange
+        if kept is not None and (origin != self.origin or not kept.open()
+                                 or time.monotonic() - self.idle_since > self.keepalive_s):
+            self._drop()
+            kept = None
+        if kept is not None:
+            kept.max_bytes = max_bytes
+            return kept
+        loop = asyncio.get_running_loop()
+        tls = self.tls if scheme == "https" else None
+        try:
+            _, exchange = await loop.create_connection(lambda: _Exchange(max_bytes), url.host, port, ssl=tls,
+                                                       server_hostname=url.host if tls else None)
+        except ssl.SSLError as exc:
+            reason = getattr(exc, "verify_message", None) or exc.reason or str(exc)
+            raise ScrapeError(f"connection failed: TLS: {reason}") from None
+        except OSError as exc:
+            raise ScrapeError(f"connection failed: {_connect_reason(exc)}") from None
+        self.origin, self.exchange = origin, exchange
+        return exchange
+
+    def _drop(self) -> None:
+        if self.exchange is not None:
+            self.exchange.close()
+        self.exchange, self.origin = None, None
+
+    async def aclose(self) -> None:
+        self._drop()
+
+
+def target_connection(settings: ServiceSettings, tls: ssl.SSLContext) -> TargetConnection:
+    """One target's own connection, kept alive for two intervals plus the timeout (`pool_limits`)."""
+    keep = pool_limits(settings).keepalive_expiry
+    return TargetConnection(tls, keep if keep is not None else 0.0)
+
+
+async def fetch_target_page(conn: TargetConnection, url: str, timeout_s: float, max_bytes: int) -> FetchedPage:
+    """`fetch_page` over the target's own connection: one deadline, redirects followed, credentials
+    as Basic auth (never to another origin)."""
     try:
         async with asyncio.timeout(timeout_s):
-            return await _fetch_core(pool, url, max_bytes)
-    except (TimeoutError, httpcore.TimeoutException):
+            return await _fetch_kept(conn, url, max_bytes)
+    except TimeoutError:
         raise ScrapeError(f"timed out after {timeout_s:g}s") from None
-    except httpcore.ConnectError as exc:
-        raise ScrapeError(f"connection failed: {_connect_reason(exc)}") from None
-    except (httpcore.ProtocolError, httpcore.NetworkError, httpcore.UnsupportedProtocol,
-            httpcore.ConnectionNotAvailable, httpx.InvalidURL) as exc:
-        raise ScrapeError(f"{type(exc).__name__}: {_reason(exc)}") from None
+    except httpx.InvalidURL as exc:
+        raise ScrapeError(f"InvalidURL: {_reason(exc)}") from None
+    except h11.LocalProtocolError as exc:
+        raise ScrapeError(f"LocalProtocolError: {_reason(exc)}") from None
 
 
-async def _fetch_core(pool: httpcore.AsyncConnectionPool, url: str, max_bytes: int) -> FetchedPage:
-    current = httpx.URL(url)
-    authorization = _basic(current) if current.userinfo else None
-    origin = current.copy_with(username=None, password=None, fragment=None)
+@functools.lru_cache(maxsize=4096)
+def _target_url(url: str) -> tuple[httpx.URL, bytes | None]:
+    """The URL without credentials or fragment, and its credentials as a Basic header: parsed once
+    per target, not on every scrape (two httpx.URL parses cost ~45 us)."""
+    parsed = httpx.URL(url)
+    authorization = _basic(parsed) if parsed.userinfo else None
+    return parsed.copy_with(username=None, password=None, fragment=None), authorization
+
+
+async def _fetch_kept(conn: TargetConnection, url: str, max_bytes: int) -> FetchedPage:
+    origin, authorization = _target_url(url)
     current = origin
     for _ in range(MAX_REDIRECTS + 1):
         headers = [(b"Accept", ACCEPT.encode())]
         if authorization is not None and _same_origin(current, origin):
             headers.append((b"Authorization", authorization))  # never sent to another origin
-        page, location = await _get_core(pool, str(current), headers, max_bytes)
-        if page is not None:
-            return page
-        current = current.join(location).copy_with(fragment=None)
-    raise ScrapeError(f"more than {MAX_REDIRECTS} redirects")
-
-
-async def _get_core(pool: httpcore.AsyncConnectionPool, url: str, headers: list[tuple[bytes, bytes]],
-                    max_bytes: int) -> tuple[FetchedPage | None, str]:
-    """One GET: (the page, "") or (None, where a redirect points); sent again once on a new
-    connection when the server closed the kept-alive one before answering (see `_STALE_CORE`)."""
-    for attempt in (1, 2):
-        answered = False
+        response, body = await conn.get(current, headers, max_bytes)
+        location = _header(response, b"location")
+        if response.status_code in _REDIRECTS and location:
+            current = current.join(location).copy_with(fragment=None)
+            continue
+        if response.status_code != 200:
+            raise ScrapeError(f"HTTP {response.status_code}")
         try:
-            async with pool.stream("GET", url, headers=headers) as response:
-                answered = True
-                fields = {name.lower(): value for name, value in response.headers}
-                location = fields.get(b"location")
-                if response.status in _REDIRECTS and location is not None:
-                    return None, location.decode("latin-1")
-                return await _read_page(response.status, fields.get(b"content-length", b"").decode("latin-1"),
-                                        fields.get(b"content-type", b"").decode("latin-1"), response.aiter_stream(),
-                                        max_bytes), ""
-        except _STALE_CORE:
-            if answered or attempt == 2:
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ScrapeError("page is not UTF-8 text") from None
+        return FetchedPage(text=text, openmetrics="openmetrics" in _header(response, b"content-type"), size=len(body))
+    raise ScrapeError(f"more than {MAX_REDIRECTS} redirects")
 
 
 def _basic(url: httpx.URL) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from abc import ABC, abstractmethod
 
 
@@ -12,7 +13,8 @@ class RawHttpServer(ABC):
     """Counts connections (all, and open now) and requests. Subclasses say what to answer to the
     `served`-th request of a connection; None closes it unanswered."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls  # a server context: HTTPS
         self.connections = 0
         self.open = 0
         self.requests = 0
@@ -23,8 +25,9 @@ class RawHttpServer(ABC):
         """The bytes to send for the `served`-th request of a connection (0 first); None: close it."""
 
     async def __aenter__(self) -> str:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
 
     async def __aexit__(self, *exc: object) -> None:
         assert self.server is not None
@@ -37,7 +40,7 @@ class RawHttpServer(ABC):
         served = 0
         try:
             # The client closing the connection is the end these servers wait for, and count.
-            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
                 while True:
                     await reader.readuntil(b"\r\n\r\n")
                     self.requests += 1

@@ -29,7 +29,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
-import httpcore
 import httpx
 
 from monitor.aio import finish
@@ -37,7 +36,7 @@ from monitor.config import ServiceSettings, ServiceTarget, Target
 from monitor.health import HealthBook
 from monitor.promtext import PageError, Parser, check_text
 from monitor.redaction import redact_urls, safe_url
-from monitor.scrape import ScrapeError, fetch_page, fetch_page_core, target_pool
+from monitor.scrape import ScrapeError, TargetConnection, fetch_page, fetch_target_page, target_connection
 from monitor.service.derive import (
     BASELINE_COUNTERS,
     LENGTH_HISTOGRAMS,
@@ -93,7 +92,7 @@ class TargetState:
     non_finite: int = 0
     derived: Derived | None = None
     cpu_wait: float = 0.0  # seconds the last scrape's parse waited for the worker thread
-    pool: httpcore.AsyncConnectionPool | None = None  # the target's own connection (own_clients)
+    pool: TargetConnection | None = None  # the target's own connection (own_clients)
 
 
 @dataclass
@@ -142,9 +141,9 @@ class ServiceCollector:
         self.history = history
         self._pending: deque[Point] = deque()  # appended by the parse thread, taken by flush_baselines()
         self.client = client
-        # A pool per target: httpcore's one pool walks all its connections (and polls each idle
-        # socket) on every request, which at a thousand kept-alive connections starves the loop;
-        # and httpcore directly, without httpx's per-request cost (see scrape.fetch_page_core).
+        # A connection per target: one shared pool (httpx's, httpcore's) walks all its connections
+        # (and polls each idle socket) on every request, which at a thousand kept-alive connections
+        # starves the loop; and h11 directly, without a client's per-request cost (scrape.fetch_target_page).
         self.own_clients = own_clients
         self._tls = ssl.create_default_context() if own_clients else None  # one CA store for all
         self._closing: set[asyncio.Task[None]] = set()
@@ -207,7 +206,7 @@ class ServiceCollector:
             store=SeriesStore(longest + interval),
             # Twice the baseline: how far back its history reaches is read beyond its window's start.
             baseline=SeriesStore(longest + 2 * self.settings.baseline_window.seconds + interval),
-            pool=target_pool(self.settings, self._tls) if self._tls is not None else None,
+            pool=target_connection(self.settings, self._tls) if self._tls is not None else None,
         )
         self._reload_baseline(state)
         return state
@@ -277,7 +276,7 @@ class ServiceCollector:
             try:
                 timeout, limit = self.settings.scrape_timeout.seconds, self.settings.max_page_bytes
                 if state.pool is not None:
-                    fetched = await fetch_page_core(state.pool, state.target.url, timeout, limit)
+                    fetched = await fetch_target_page(state.pool, state.target.url, timeout, limit)
                 else:
                     fetched = await fetch_page(self.client, state.target.url, timeout, limit)
                 if cpu is None:

@@ -279,7 +279,7 @@ def test_healthz_and_metrics_answer_while_200_targets_are_scraped() -> None:
     assert len(codes) >= 4 and set(codes) == {200}
 
 
-# -- the httpcore path of `infermon serve` ------------------------------------------------------
+# -- the kept-connection path of `infermon serve` (h11, monitor.scrape.TargetConnection) -------------
 
 
 class Moved:
@@ -306,7 +306,7 @@ def test_serve_scrapes_follow_redirects_and_keep_credentials_on_the_same_origin(
 
         asyncio.run(run())
         sent = [r.headers for r in pages.requests if r.path == "/metrics"]
-    assert monitor.service.targets["moved"].pool is not None  # the serve path: httpcore, not httpx
+    assert monitor.service.targets["moved"].pool is not None  # the serve path: its own connection, not httpx
     rows = {r["name"]: r for r in monitor.service.status()}
     assert rows["moved"]["up"] is True, rows["moved"]["error"]
     assert sent and sent[0].get("authorization") == "Basic dXNlcjpwQHNz"  # user:p@ss

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from monitor.config import load_settings
-from monitor.scrape import ScrapeError, fetch_page, fetch_page_core, target_pool
+from monitor.scrape import ScrapeError, fetch_page, fetch_target_page, target_connection
 from tests.rawhttp import RawHttpServer
 
 PAGE = b"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n"
@@ -46,11 +46,11 @@ def _settings() -> object:
 async def _three_scrapes_core(server: ClosesReusedConnections) -> list[str]:
     async with server as base:
         url = f"{base}/metrics"
-        pool = target_pool(_settings(), ssl.create_default_context())  # type: ignore[arg-type]
+        conn = target_connection(_settings(), ssl.create_default_context())  # type: ignore[arg-type]
         try:
-            return [(await fetch_page_core(pool, url, 5.0, 1 << 20)).text for _ in range(3)]
+            return [(await fetch_target_page(conn, url, 5.0, 1 << 20)).text for _ in range(3)]
         finally:
-            await pool.aclose()
+            await conn.aclose()
 
 
 async def _three_scrapes_httpx(server: ClosesReusedConnections) -> list[str]:
@@ -59,7 +59,7 @@ async def _three_scrapes_httpx(server: ClosesReusedConnections) -> list[str]:
         return [(await fetch_page(client, url, 5.0, 1 << 20)).text for _ in range(3)]
 
 
-@pytest.mark.parametrize("scrapes", [_three_scrapes_core, _three_scrapes_httpx], ids=["httpcore", "httpx"])
+@pytest.mark.parametrize("scrapes", [_three_scrapes_core, _three_scrapes_httpx], ids=["kept", "httpx"])
 def test_a_connection_closed_under_the_next_scrape_is_sent_again_once(scrapes: object) -> None:
     server = ClosesReusedConnections()
     pages = asyncio.run(scrapes(server))  # type: ignore[operator]
@@ -71,11 +71,11 @@ def test_a_connection_closed_under_the_next_scrape_is_sent_again_once(scrapes: o
 async def _one_core(server: ClosesReusedConnections) -> None:
     async with server as base:
         url = f"{base}/metrics"
-        pool = target_pool(_settings(), ssl.create_default_context())  # type: ignore[arg-type]
+        conn = target_connection(_settings(), ssl.create_default_context())  # type: ignore[arg-type]
         try:
-            await fetch_page_core(pool, url, 5.0, 1 << 20)
+            await fetch_target_page(conn, url, 5.0, 1 << 20)
         finally:
-            await pool.aclose()
+            await conn.aclose()
 
 
 async def _one_httpx(server: ClosesReusedConnections) -> None:
@@ -84,7 +84,7 @@ async def _one_httpx(server: ClosesReusedConnections) -> None:
         await fetch_page(client, url, 5.0, 1 << 20)
 
 
-@pytest.mark.parametrize("scrape", [_one_core, _one_httpx], ids=["httpcore", "httpx"])
+@pytest.mark.parametrize("scrape", [_one_core, _one_httpx], ids=["kept", "httpx"])
 def test_a_server_that_never_answers_fails_the_scrape_after_one_retry(scrape: object) -> None:
     server = ClosesReusedConnections(answer_none=True)
     with pytest.raises(ScrapeError, match="RemoteProtocolError: Server disconnected without sending a response"):
