@@ -217,6 +217,8 @@ class _Exchange(asyncio.Protocol):
 
     def _feed(self, data: bytes) -> None:
         if self.waiter is None or self.waiter.done():
+            if data:
+                self.lost = True  # bytes nobody asked for: this connection is not reused
             return
         if not data and self.response is None and self.h11.their_state is h11.SEND_RESPONSE:
             self._fail(_PROTOCOL_ERROR, _NO_ANSWER)

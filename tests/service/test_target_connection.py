@@ -7,6 +7,7 @@ its expiry, when the server says `Connection: close`, after an answer whose body
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 
 import pytest
@@ -79,6 +80,55 @@ def test_connection_close_from_the_server_opens_a_new_one_for_the_next_scrape() 
     server = Answers(answer(PAGE, extra=b"Connection: close\r\n"))
     assert run(server, 3) == [PAGE.decode()] * 3
     assert server.connections == 3
+
+
+def test_bytes_after_an_answer_cost_the_connection_not_the_next_scrape() -> None:
+    # Whether they arrive with the answer or after it, the next scrape is answered on a new connection.
+    server = Answers(answer(PAGE) + b"HTTP/1.1 200 OK garbage\r\n")
+    assert run(server, 3) == [PAGE.decode()] * 3
+    assert server.connections == 3
+
+
+def test_bytes_on_an_idle_connection_mean_it_is_not_reused() -> None:
+    """A server that writes on a kept-alive connection between scrapes (no request asked for them)."""
+    connections, pushed, ended = [], asyncio.Event(), []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(answer(PAGE))
+            await pushed.wait()
+            writer.write(b"HTTP/1.1 200 OK\r\n")  # unasked
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(answer(b"# the unasked answer's connection was reused\n"))
+            await reader.read()  # until the client closes
+        writer.close()
+        await writer.wait_closed()
+        ended.append(writer)
+
+    async def go() -> list[str]:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/metrics"
+        conn = TargetConnection(ssl.create_default_context(), 60.0)
+        pages = [await _scrape(conn, url)]
+        pushed.set()
+        for _ in range(500):  # until the client has read the unasked bytes
+            if conn.exchange is None or not conn.exchange.open():
+                break
+            await asyncio.sleep(0.01)
+        pages.append(await _scrape(conn, url))
+        await conn.aclose()
+        for _ in range(500):  # until the server saw both connections closed
+            if len(ended) == len(connections):
+                break
+            await asyncio.sleep(0.01)
+        server.close()
+        await server.wait_closed()
+        return pages
+
+    assert asyncio.run(go()) == [PAGE.decode()] * 2
+    assert len(connections) == 2
 
 
 @pytest.mark.parametrize(("reply", "error"), [
