@@ -118,11 +118,16 @@ async def _read_page(
         if size > max_bytes:
             raise ScrapeError(f"page larger than {max_bytes} bytes")
         chunks.append(chunk)
+    return _page(b"".join(chunks), content_type)
+
+
+def _page(body: bytes, content_type: str) -> FetchedPage:
+    """A 200 answer's whole body as the page: UTF-8 text, or a ScrapeError."""
     try:
-        text = b"".join(chunks).decode("utf-8")
+        text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise ScrapeError("page is not UTF-8 text") from None
-    return FetchedPage(text=text, openmetrics="openmetrics" in content_type, size=size)
+    return FetchedPage(text=text, openmetrics="openmetrics" in content_type, size=len(body))
 
 
 def _connect_reason(exc: Exception) -> str:
@@ -413,11 +418,7 @@ async def _fetch_kept(conn: TargetConnection, url: str, max_bytes: int) -> Fetch
             continue
         if response.status_code != 200:
             raise ScrapeError(f"HTTP {response.status_code}")
-        try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ScrapeError("page is not UTF-8 text") from None
-        return FetchedPage(text=text, openmetrics="openmetrics" in _header(response, b"content-type"), size=len(body))
+        return _page(body, _header(response, b"content-type"))
     raise ScrapeError(f"more than {MAX_REDIRECTS} redirects")
 
 
