@@ -1,11 +1,13 @@
 """A target's scraped series, aligned on scrape times, so a window's rate is O(1) per series.
 
 Every series of one target is sampled at the same instants (one scrape = one column), so a
-window selects the same column range for all of them. Per series (row) we keep, next to each
-value, the running sum of counter-reset corrections and the running count of present samples;
-Prometheus' reset-corrected increase between two columns is then `v[j] - v[i] + corr[j] -
-corr[i]`, with no walk over the samples in between, and numpy does it for every row at once.
-A series missing from a scrape holds NaN there.
+window selects the same column range for all of them. The values are kept scrape by scrape
+(`_values[column, row]`: a scrape writes one contiguous row of the array, a window reads two),
+and Prometheus' reset-corrected increase between two columns is `v[j] - v[i]` plus the value
+before each counter reset in between, with no walk over the samples, numpy doing every row at
+once. Resets and gaps are rare: they are kept beside the values (a list of resets, a flag per
+row that has missed a scrape) and only their rows get the slower reading. A series missing
+from a scrape holds NaN there.
 
     store.append(snapshot)                      # after each scrape
     store.rates(start, end) -> {(kind, metric, model, le): summed rate}
@@ -62,10 +64,14 @@ class SeriesStore:
         self._group_ids: dict[GroupKey, int] = {}
         self._groups: list[GroupKey] = []
         self._group_of = np.zeros(0, dtype=np.int64)
-        self._values: Floats = np.full((0, 0), math.nan)
-        self._corr: Floats = np.zeros((0, 0))
-        self._present = np.zeros((0, 0), dtype=np.int64)
+        self._values: Floats = np.full((0, 0), math.nan)  # [column, row]
         self._last_valid: Floats = np.full(0, math.nan)
+        # Rows that missed a scrape after their first sample: a window's count of samples is
+        # counted for them (every other row has one in each column between its ends).
+        self._gappy = np.zeros(0, dtype=bool)
+        # Counter resets, in scrape order: their rows, times (ms) and the values before them.
+        self._resets: tuple[Ints, Ints, Floats] = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                                                   np.zeros(0))
         self._family_rows: dict[Family, tuple[tuple[Any, ...], Ints]] = {}  # rows move: cleared then
         self._layout_cache: _Layout | None = None
 
@@ -80,19 +86,21 @@ class SeriesStore:
             rows.append(self._rows(family, series, key_of))
             values.extend(series.values())
         n = len(self.keys)
-        scraped = np.full(n, math.nan)
+        scraped = self._values[column, :n]  # NaN: the column is new
         if rows:
             scraped[np.concatenate(rows)] = values
         valid = ~np.isnan(scraped)
         last = self._last_valid[:n]
+        if not valid.all():
+            self._gappy[:n] |= ~valid & ~np.isnan(last)  # had a sample before, none now
         with np.errstate(invalid="ignore"):
             reset = valid & (scraped < last)  # a counter reset: Prometheus adds back the value before it
-        previous_corr = self._corr[:n, column - 1] if column else 0.0
-        previous_present = self._present[:n, column - 1] if column else 0
-        self._values[:n, column] = scraped
-        self._corr[:n, column] = previous_corr + np.where(reset, last, 0.0)
-        self._present[:n, column] = previous_present + valid
-        self._last_valid[:n] = np.where(valid, scraped, last)
+        if reset.any():
+            reset_rows = np.nonzero(reset)[0]
+            self._resets = (np.concatenate((self._resets[0], reset_rows)),
+                            np.concatenate((self._resets[1], np.full(reset_rows.size, self.times[column]))),
+                            np.concatenate((self._resets[2], last[reset_rows])))
+        np.copyto(last, scraped, where=valid)
 
     def _rows(self, family: Family, series: dict[Any, float], key_of: KeyOf) -> Ints:
         """The rows of one family's series, in the dict's order: as last time when its keys are the
@@ -173,39 +181,83 @@ class SeriesStore:
         n = len(self.keys)
         if last - first < 1 or n == 0:
             return None
-        rows, a, b = self._ends(n, first, last)
-        times = np.asarray(self.times, dtype=np.int64)
-        t0, t1 = (times[a] - start_ms) / 1000, (times[b] - start_ms) / 1000
-        v0 = self._values[rows, a]
-        increase = self._values[rows, b] - v0 + self._corr[rows, b] - self._corr[rows, a]
-        count = self._present[rows, b] - self._present[rows, a] + 1
+        ends = self._ends(n, first, last)
+        if ends is None:  # every row has a sample in both end columns: one reading for all
+            rows: Ints | slice = slice(0, n)
+            v0 = self._values[first, :n]
+            increase = self._values[last, :n] - v0
+            t0: Floats | float = (self.times[first] - start_ms) / 1000
+            t1: Floats | float = (self.times[last] - start_ms) / 1000
+            count: Ints | int = last - first + 1
+            gappy = np.nonzero(self._gappy[:n])[0]
+            if gappy.size:  # rows that missed a scrape in between: their samples counted
+                count = np.full(n, count)
+                count[gappy] = np.count_nonzero(~np.isnan(self._values[first : last + 1, gappy]), axis=0)
+            at = np.arange(n)
+            a_col: Ints | int = first
+            b_col: Ints | int = last
+        else:
+            rows, a, b, counted = ends
+            times = np.asarray(self.times, dtype=np.int64)
+            t0, t1 = (times[a] - start_ms) / 1000, (times[b] - start_ms) / 1000
+            v0 = self._values[a, rows]
+            increase = self._values[b, rows] - v0
+            count = counted
+            at, a_col, b_col = rows, a, b
+        if self._resets[0].size:
+            increase = self._add_resets(increase, at, a_col, b_col)
         seconds = (end_ms - start_ms) / 1000
         total = _extrapolate(increase, t0, t1, v0, count, seconds) / seconds
         keep = ~np.isnan(total)
-        groups = self._group_of[rows[keep]]
+        groups = self._group_of[:n][rows][keep]
         weighted = np.bincount(groups, weights=total[keep], minlength=len(self._groups))
         sums: Floats = weighted.astype(np.float64, copy=False)
         seen: Ints = np.nonzero(np.bincount(groups, minlength=len(self._groups)))[0].astype(np.int64, copy=False)
         return sums, seen
 
-    def _ends(self, n: int, first: int, last: int) -> tuple[Ints, Ints, Ints]:
-        """The rows with two samples or more in columns first..last, and each one's first and last
-        sampled column. Almost every row holds both end columns; only the others are scanned."""
+    def _add_resets(self, increase: Floats, rows: Ints, a: Ints | int, b: Ints | int) -> Floats:
+        """Each read row's increase plus the value before each of its resets between its first and
+        last sample in the window (columns `a`, `b`), added in scrape order as Prometheus adds them.
+        The sample before such a reset is in the window too: `a` is one, and it came earlier."""
+        reset_rows, reset_ms, before = self._resets
+        low = self.times[a if isinstance(a, int) else int(a.min())]
+        high = self.times[b if isinstance(b, int) else int(b.max())]
+        inside = np.nonzero((reset_ms > low) & (reset_ms <= high))[0]
+        if not inside.size:
+            return increase
+        reset_rows, reset_ms, before = reset_rows[inside], reset_ms[inside], before[inside]
+        at = np.minimum(np.searchsorted(rows, reset_rows), len(rows) - 1)
+        read = rows[at] == reset_rows  # else a row not read: fewer than two samples in the window
+        if not isinstance(a, int):
+            times = np.asarray(self.times, dtype=np.int64)
+            read &= (times[a[at]] < reset_ms) & (reset_ms <= times[np.asarray(b)[at]])
+        increase = increase.copy()
+        np.add.at(increase, at[read], before[read])  # one after another, in the order they happened
+        return increase
+
+    def _ends(self, n: int, first: int, last: int) -> tuple[Ints, Ints, Ints, Ints] | None:
+        """None when every row has a sample in both end columns (almost always); else the rows with
+        two samples or more in columns first..last, each one's first and last sampled column and
+        how many samples it has there. Only the rows without both ends are scanned."""
         values = self._values
-        ends = ~(np.isnan(values[:n, first]) | np.isnan(values[:n, last]))
+        ends = ~(np.isnan(values[first, :n]) | np.isnan(values[last, :n]))
         if ends.all():
-            rows = np.arange(n)
-            return rows, np.full(n, first), np.full(n, last)
+            return None
         a, b = np.full(n, first), np.full(n, last)
+        count = np.full(n, last - first + 1)
+        gappy = np.nonzero(ends & self._gappy[:n])[0]
+        if gappy.size:
+            count[gappy] = np.count_nonzero(~np.isnan(values[first : last + 1, gappy]), axis=0)
         odd = np.nonzero(~ends)[0]
-        valid = ~np.isnan(values[odd, first : last + 1])
-        first_valid = np.argmax(valid, axis=1)
-        last_valid = last - first - np.argmax(valid[:, ::-1], axis=1)
+        valid = ~np.isnan(values[first : last + 1, odd])  # [column, odd row]
+        first_valid = np.argmax(valid, axis=0)
+        last_valid = last - first - np.argmax(valid[::-1], axis=0)
         a[odd], b[odd] = first + first_valid, first + last_valid
+        count[odd] = np.count_nonzero(valid, axis=0)
         keep = ends.copy()
-        keep[odd] = valid.any(axis=1) & (last_valid > first_valid)
+        keep[odd] = valid.any(axis=0) & (last_valid > first_valid)
         rows = np.nonzero(keep)[0]
-        return rows, a[rows], b[rows]
+        return rows, a[rows], b[rows], count[rows]
 
     def earliest(self, kind: str, metric: str, start: float, end: float) -> dict[str, float]:
         """Per model, the time (s) of the first sample of `metric` in (start, end]: how far back it reaches."""
@@ -219,7 +271,7 @@ class SeriesStore:
         for (k, name, model, _, _), row in self.keys.items():
             if k != kind or name != metric:
                 continue
-            valid = np.nonzero(~np.isnan(self._values[row, first:last]))[0]
+            valid = np.nonzero(~np.isnan(self._values[first:last, row]))[0]
             if valid.size:
                 ts = self.times[first + int(valid[0])] / 1000
                 found[model] = min(ts, found.get(model, ts))
@@ -227,8 +279,8 @@ class SeriesStore:
 
     def _add_row(self, key: SeriesKey) -> int:
         row = len(self.keys)
-        if row == self._values.shape[0]:
-            self._resize(max(16, 2 * row), self._values.shape[1])
+        if row == self._values.shape[1]:
+            self._resize(max(16, 2 * row), self._values.shape[0])
         kind, metric, model, _, le = key
         group = (kind, metric, model, le)
         if group not in self._group_ids:
@@ -239,9 +291,9 @@ class SeriesStore:
         return row  # a series that appears late is absent (NaN) from the earlier columns
 
     def _add_column(self, ts_ms: int) -> int:
-        self._trim(ts_ms, force=len(self.times) == self._values.shape[1])
-        if len(self.times) == self._values.shape[1]:
-            self._resize(self._values.shape[0], max(32, 2 * len(self.times)))
+        self._trim(ts_ms, force=len(self.times) == self._values.shape[0])
+        if len(self.times) == self._values.shape[0]:
+            self._resize(self._values.shape[1], max(32, 2 * len(self.times)))
         self.times.append(ts_ms)
         return len(self.times) - 1
 
@@ -251,51 +303,58 @@ class SeriesStore:
             return
         del self.times[:cut]
         kept = len(self.times)
-        for array in (self._values, self._corr, self._present):
-            array[:, :kept] = array[:, cut : cut + kept]
-        self._values[:, kept:] = math.nan
-        self._corr[:, kept:] = 0.0
-        self._present[:, kept:] = 0
+        self._values[:kept] = self._values[cut : cut + kept]
+        self._values[kept:] = math.nan
+        if kept and self._resets[0].size:
+            later = self._resets[1] > self.times[0]  # no window reads a reset at or before its first column
+            self._resets = (self._resets[0][later], self._resets[1][later], self._resets[2][later])
         self._drop_empty_rows(kept)
 
     def _drop_empty_rows(self, kept: int) -> None:
         n = len(self.keys)
         if n == 0:
             return
-        alive = ~np.isnan(self._values[:n, :kept]).all(axis=1) if kept else np.zeros(n, dtype=bool)
+        if kept == 0:
+            self.clear()  # every row aged out: nothing is left to keep
+            return
+        valid = ~np.isnan(self._values[:kept, :n])
+        # A row's gap counts only after its first sample: one that ended up before it no longer does.
+        first_valid = np.argmax(valid, axis=0)
+        self._gappy[:n] &= np.count_nonzero(valid, axis=0) < kept - first_valid
+        alive = valid.any(axis=0)
         if alive.all():
             return
         order = np.nonzero(alive)[0]
-        for array in (self._values, self._corr, self._present):
+        self._values[:, : len(order)] = self._values[:, order]
+        self._values[:, len(order) :] = math.nan
+        for array, empty in ((self._last_valid, math.nan), (self._group_of, 0), (self._gappy, False)):
             array[: len(order)] = array[order]
-        self._last_valid[: len(order)] = self._last_valid[order]
-        self._group_of[: len(order)] = self._group_of[order]
-        self._values[len(order) :] = math.nan
-        self._corr[len(order) :] = 0.0
-        self._present[len(order) :] = 0
-        self._last_valid[len(order) :] = math.nan
+            array[len(order) :] = empty
         new_index = {int(old): new for new, old in enumerate(order)}
         self.keys = {key: new_index[row] for key, row in self.keys.items() if row in new_index}
+        moved = np.full(n, -1, dtype=np.int64)
+        moved[order] = np.arange(len(order))
+        reset_rows = moved[self._resets[0]]
+        kept_resets = reset_rows >= 0
+        self._resets = (reset_rows[kept_resets], self._resets[1][kept_resets], self._resets[2][kept_resets])
         self._family_rows.clear()
 
     def _resize(self, rows: int, columns: int) -> None:
-        old_rows, old_columns = self._values.shape
-        values = np.full((rows, columns), math.nan)
-        corr = np.zeros((rows, columns))
-        present = np.zeros((rows, columns), dtype=np.int64)
-        values[:old_rows, :old_columns] = self._values
-        corr[:old_rows, :old_columns] = self._corr
-        present[:old_rows, :old_columns] = self._present
-        self._values, self._corr, self._present = values, corr, present
+        old_columns, old_rows = self._values.shape
+        values = np.full((columns, rows), math.nan)
+        values[:old_columns, :old_rows] = self._values
+        self._values = values
         last_valid = np.full(rows, math.nan)
         last_valid[:old_rows] = self._last_valid
         group_of = np.zeros(rows, dtype=np.int64)
         group_of[:old_rows] = self._group_of
-        self._last_valid, self._group_of = last_valid, group_of
+        gappy = np.zeros(rows, dtype=bool)
+        gappy[:old_rows] = self._gappy
+        self._last_valid, self._group_of, self._gappy = last_valid, group_of, gappy
 
 
 def _extrapolate(
-    increase: Floats, t0: Floats, t1: Floats, v0: Floats, count: npt.NDArray[np.int64], seconds: float
+    increase: Floats, t0: Floats | float, t1: Floats | float, v0: Floats, count: Ints | int, seconds: float
 ) -> Floats:
     """promql.extrapolate for many series at once (times relative to the range start, which is 0)."""
     sampled = t1 - t0
