@@ -262,25 +262,31 @@ def _counter_stats(rates: Rates) -> WindowStats:
 def _histogram_stats(rates_list: Sequence[Rates], every: list[WindowStats], objectives: Objectives) -> None:
     """Each window's quantiles (QUANTILES, NaN left out) and objective shares, in its buckets' order."""
     thresholds = {"ttft": objectives.ttft_seconds, "tpot": objectives.tpot_seconds}
+    # Grouped by their bounds in the order the store gives them (the same tuple for every model and
+    # window of one engine): the rows are the dicts' values, sorted by one permutation per group.
     by_bounds: dict[tuple[float, ...], list[tuple[int, str]]] = {}
     for at, rates in enumerate(rates_list):
         for metric, le_rates in rates.buckets.items():
             if metric not in LENGTH_HISTOGRAMS:
-                by_bounds.setdefault(tuple(sorted(le_rates)), []).append((at, metric))
+                by_bounds.setdefault(tuple(le_rates), []).append((at, metric))
     quantiles: dict[tuple[int, str], list[float]] = {}
     shares: dict[tuple[int, str], float] = {}
-    for bounds, members in by_bounds.items():
+    for unsorted, members in by_bounds.items():
         # Walked one by one, in the page's order: a set of bounds few histograms share (numpy would
         # cost more), or one with a bound of NaN (`le="NaN"`), which has no place in a sorted row.
-        if len(members) < VECTOR_ROWS or any(math.isnan(le) for le in bounds):
+        if len(members) < VECTOR_ROWS or any(math.isnan(le) for le in unsorted):
             for at, metric in members:
                 buckets = list(rates_list[at].buckets[metric].items())
                 quantiles[(at, metric)] = histogram_quantiles(QUANTILES, buckets)
                 if metric in thresholds:
                     shares[(at, metric)] = fraction_at_or_below(thresholds[metric], sorted(buckets))
             continue
-        counts = np.array([[rates_list[at].buckets[metric][le] for le in bounds] for at, metric in members],
-                          dtype=np.float64).reshape(len(members), len(bounds))
+        order = sorted(range(len(unsorted)), key=unsorted.__getitem__)
+        bounds = tuple(unsorted[i] for i in order)
+        counts = np.fromiter(chain.from_iterable(rates_list[at].buckets[metric].values() for at, metric in members),
+                             dtype=np.float64, count=len(members) * len(bounds)).reshape(len(members), len(bounds))
+        if order != list(range(len(order))):
+            counts = counts[:, order]
         for member, values in zip(members, bucket_quantiles(QUANTILES, bounds, counts).tolist(), strict=True):
             quantiles[member] = values
         for metric, threshold in thresholds.items():
@@ -294,9 +300,13 @@ def _histogram_stats(rates_list: Sequence[Rates], every: list[WindowStats], obje
             if metric in LENGTH_HISTOGRAMS:
                 stats.lengths[metric] = rates.buckets[metric]
                 continue
-            finite = {q: v for q, v in zip(QUANTILES, quantiles[(at, metric)], strict=True) if not math.isnan(v)}
-            if finite:
-                stats.quantiles[metric] = finite
+            values = quantiles[(at, metric)]
+            if math.isnan(sum(values)):  # rare: only the finite ones are kept
+                finite = {q: v for q, v in zip(QUANTILES, values, strict=True) if not math.isnan(v)}
+                if finite:
+                    stats.quantiles[metric] = finite
+            else:
+                stats.quantiles[metric] = dict(zip(QUANTILES, values, strict=True))
         for metric in thresholds:
             share = shares.get((at, metric), math.nan)
             if not math.isnan(share):

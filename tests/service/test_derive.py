@@ -336,9 +336,12 @@ def test_the_fleet_bucket_sum_is_the_sequential_sum_bit_for_bit(targets: int) ->
             assert [repr(v) for v in summed.values()] == [repr(v) for v in expected.values()], shape
 
 
-def test_a_derivation_of_many_histograms_at_once_equals_each_window_on_its_own() -> None:
+@pytest.mark.parametrize("one_order", [False, True])
+def test_a_derivation_of_many_histograms_at_once_equals_each_window_on_its_own(one_order: bool) -> None:
     # Over VECTOR_HISTOGRAMS the quantiles and objective shares go through numpy by set of bounds
     # (walked where few share them); one window alone is always walked. Same numbers, bit for bit.
+    # A store gives every histogram of an engine its bounds in one order, not always ascending
+    # (`one_order`): numpy reads them in that order, sorted once; otherwise each has its own.
     import random
 
     from monitor.service.derive import VECTOR_HISTOGRAMS, stats_many
@@ -352,8 +355,13 @@ def test_a_derivation_of_many_histograms_at_once_equals_each_window_on_its_own()
         if rng.random() < 0.2:
             counts[3 % len(counts)] *= 1 + 1e-13  # a rise inside the small-delta tolerance
         order = list(zip(bounds, counts, strict=True))
+        if one_order and len(order) == len(shuffled):
+            return dict(order[i] for i in shuffled)
         rng.shuffle(order)  # a dict's order is the page's, not the bounds'
         return dict(order)
+
+    shuffled = list(range(len(common)))
+    rng.shuffle(shuffled)
 
     windows = []
     for index in range(24):
