@@ -25,3 +25,19 @@ def test_alert_eval_runs_with_two_alerts_a_target(monkeypatch: pytest.MonkeyPatc
     alert_eval.main()
     out = capsys.readouterr().out
     assert "10 targets, 20 alerts active" in out and "every TTFT moved" in out, out
+
+
+def test_target_memory_runs_and_reports_one_targets_stores(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import target_memory
+
+    row = target_memory.measure(1, hours=0.2)  # 48 scrapes at the shipped 15 s
+    # The window store keeps its 5 min and one scrape (21), dropping old columns 16 at a time; the
+    # baseline store keeps them all (it holds two hours).
+    assert row["scrapes"] == 48 and 21 <= row["columns"] < 21 + 16
+    assert row["baseline_columns"] == 48 and row["series"] > row["baseline_series"] > 0
+    # The arrays are part of what the target allocated, and each holds 8 bytes a cell at most.
+    assert 0 < row["store_mib"] + row["baseline_mib"] < row["target_mib"]
+    monkeypatch.setattr(sys, "argv", ["target_memory", "--models", "1", "--hours", "0.05"])
+    target_memory.main()
+    assert re.search(r"^\s+1\s+12\s+198\s+33\s", capsys.readouterr().out, re.M)

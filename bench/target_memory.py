@@ -1,0 +1,89 @@
+"""What one target costs in memory once its windows and baseline are full (the steady state).
+
+`bench.scale` runs for minutes, but a target's baseline store keeps twice the baseline window
+(two hours at the shipped 1h) of every scrape, so its RSS says little about a monitor that has
+run for a day. This feeds one target's state the scrapes of that whole span at the shipped
+settings (15 s, 1m and 5m windows, 1h baseline), each parsed, stored and derived as
+`infermon serve` does, then reports what the target holds: its two series stores' arrays and
+everything it allocated (tracemalloc: parser caches, the last snapshot, the derived numbers),
+and that times 1,000 targets.
+
+    python -m bench.target_memory [--models 1 10] [--hours 2.2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tracemalloc
+
+import httpx
+
+from bench.pages import fleet_page, grown, v1_page
+from monitor.config import load_settings
+from monitor.health import HealthBook
+from monitor.service.collector import ServiceCollector
+from monitor.service.series import SeriesStore
+
+MiB = 1024 * 1024
+
+
+def array_bytes(store: SeriesStore) -> int:
+    return sum(value.nbytes for value in vars(store).values() if hasattr(value, "nbytes"))
+
+
+def steady_scrapes(collector: ServiceCollector) -> int:
+    """Scrapes until the baseline store drops columns: its retention, plus one trim batch."""
+    settings = collector.settings
+    interval = settings.scrape_interval.seconds
+    longest = max(w.seconds for w in collector.windows)
+    return math.ceil((longest + 2 * settings.baseline_window.seconds + interval) / interval) + 17
+
+
+def measure(models: int, hours: float | None) -> dict[str, float]:
+    text = v1_page() if models == 1 else fleet_page(engines=1, models=models)
+    settings = load_settings(None, {"service": {"targets": [{"name": "t", "url": "http://127.0.0.1:9/metrics"}]}})
+    collector = ServiceCollector(settings.service, httpx.AsyncClient(), HealthBook())
+    interval = settings.service.scrape_interval.seconds
+    scrapes = steady_scrapes(collector) if hours is None else math.ceil(hours * 3600 / interval)
+    pages = [grown(text, 1 + 0.001 * i) for i in range(scrapes)]
+    target = collector.targets.pop("t").target
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    state = collector.targets["t"] = collector._new_state(target)
+    start = 1.8e9
+    for i, page in enumerate(pages):
+        collector._ingest_and_derive(state, page, False, start + i * interval, 0.0)
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    allocated = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    assert state.derived is not None and state.derived.stats, "the target's numbers were derived"
+    return {
+        "models": models,
+        "scrapes": scrapes,
+        "series": len(state.store.keys),
+        "columns": len(state.store.times),
+        "baseline_series": len(state.baseline.keys),
+        "baseline_columns": len(state.baseline.times),
+        "store_mib": array_bytes(state.store) / MiB,
+        "baseline_mib": array_bytes(state.baseline) / MiB,
+        "target_mib": allocated / MiB,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--models", type=int, nargs="+", default=[1, 10])
+    parser.add_argument("--hours", type=float, default=None, help="scrapes to feed (default: to the steady state)")
+    args = parser.parse_args()
+    print(f"{'models':>6} {'scrapes':>7} {'series':>7} {'baseline':>9} {'store MiB':>10} {'baseline MiB':>13} "
+          f"{'target MiB':>11} {'x1000 GiB':>10}")
+    for models in args.models:
+        row = measure(models, args.hours)
+        print(f"{row['models']:>6} {row['scrapes']:>7} {row['series']:>7} {row['baseline_series']:>9} "
+              f"{row['store_mib']:>10.2f} {row['baseline_mib']:>13.2f} {row['target_mib']:>11.2f} "
+              f"{row['target_mib'] * 1000 / 1024:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()
