@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from monitor.promtext import Labels
 
+_ACCEPTED_LIMIT = 1 << 16
 Match = tuple[tuple[str, str], ...]
 """Label equality matchers a sample must satisfy, e.g. (("finished_reason", "error"),)."""
 
@@ -42,8 +43,19 @@ class Selector:
     sample: str
     match: Match = ()
     exclude: Match = ()  # label values that do not count (e.g. TGI's aborted-by-client)
+    # Answers by label set: a page's label tuples come back every scrape (equal, across targets
+    # too), and a lookup costs less than the test. Emptied when it grows past _ACCEPTED_LIMIT.
+    _accepted: dict[Labels, bool] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def accepts(self, labels: Labels) -> bool:
+        known = self._accepted.get(labels)
+        if known is None:
+            if len(self._accepted) >= _ACCEPTED_LIMIT:
+                self._accepted.clear()  # labels that change every scrape (a request id): no leak
+            known = self._accepted[labels] = self._test(labels)
+        return known
+
+    def _test(self, labels: Labels) -> bool:
         values = dict(labels)
         if any(values.get(k) != v for k, v in self.match):
             return False

@@ -248,11 +248,17 @@ def _split_le(labels: Labels) -> BucketKey | None:
     return labels, le
 
 
+@lru_cache(maxsize=65536)
+def _without(labels: Labels, process_labels: tuple[str, ...]) -> Labels:
+    """The labels but the per-process ones (`pid`): the same tuples every scrape, so kept."""
+    return tuple(pair for pair in labels if pair[0] not in process_labels) if process_labels else labels
+
+
 def _combine_gauge(series: dict[Labels, float], combine: str, spec: EngineSpec, model_of: ModelOf) -> dict[str, float]:
     # One engine's value seen by several API-server processes (`pid`) counts once: the max.
     groups: dict[tuple[str, Labels], float] = {}
     for labels, value in series.items():
-        key = (model_of(labels), tuple(p for p in labels if p[0] not in spec.process_labels))
+        key = (model_of(labels), _without(labels, spec.process_labels))
         groups[key] = max(value, groups.get(key, -math.inf))
     combined: dict[str, float] = {}
     counted: dict[str, int] = {}

@@ -155,3 +155,21 @@ def test_a_router_page_is_said_to_be_a_router_not_an_engine() -> None:
 
     (row,) = asyncio.run(run())
     assert row["engine"] is None and "router" in str(row["error"]) and "not a serving engine" in str(row["error"])
+
+
+def test_a_selector_remembers_its_answers_within_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A selector keeps its answer per label set (the same tuples every scrape), never more than
+    # _ACCEPTED_LIMIT of them: a label that changes every scrape must not grow it without end.
+    from monitor.service import engines
+
+    monkeypatch.setattr(engines, "_ACCEPTED_LIMIT", 8)
+    selector = engines.Selector("x_total", (("reason", "error"),), (("kind", "abort"),))
+    cases = [((("reason", "error"),), True), ((("reason", "stop"),), False),
+             ((("kind", "abort"), ("reason", "error")), False), ((), False)]
+    for _ in range(2):  # asked, then answered from what it kept
+        assert [selector.accepts(labels) for labels, _ in cases] == [expected for _, expected in cases]
+    for i in range(50):
+        assert selector.accepts((("reason", "error"), ("request", str(i))))
+        assert not selector.accepts((("reason", "stop"), ("request", str(i))))
+        assert len(selector._accepted) <= 8
+    assert selector == engines.Selector("x_total", (("reason", "error"),), (("kind", "abort"),))
