@@ -7,6 +7,7 @@ not start at 0 gives exactly the increase over 60 s divided by 60 s.
 """
 
 import math
+from collections.abc import Iterable
 
 import pytest
 
@@ -197,7 +198,6 @@ def test_store_rates_equal_the_reference_per_series_with_gaps_at_any_column(seed
     # the others its scan; a series with fewer than two samples in the window adds nothing.
     import random
 
-    from monitor.service.promql import extrapolated_increase
 
     rng = random.Random(seed)
     names = [(("engine", str(i)),) for i in range(40)]
@@ -215,13 +215,18 @@ def test_store_rates_equal_the_reference_per_series_with_gaps_at_any_column(seed
         series.append(Snapshot(ts=ts, counters={"requests": {MODEL: present}}))
     end = series.times[-1] / 1000
     for seconds in (60.0, 120.0, 300.0):
-        expected = 0.0
-        for pts in points.values():
-            inside = [(t, v) for t, v in pts if end - seconds < t <= end]
-            increase = extrapolated_increase(inside, end - seconds, end)
-            expected += (increase or 0.0) / seconds
+        expected = reference_rate(points.values(), end, seconds)
         got = series.rates(end - seconds, end)[("counter", "requests", MODEL, None)]
         assert got == pytest.approx(expected, rel=1e-9)
+
+
+def reference_rate(each: Iterable[list[tuple[float, float]]], end: float, seconds: float) -> float | None:
+    """`sum(rate(x[seconds]))` at `end`, the reference promql on each series' samples; None: no series has one."""
+    from monitor.service.promql import extrapolated_increase
+
+    rates = [increase / seconds for points in each if (increase := extrapolated_increase(
+        [(t, v) for t, v in points if end - seconds < t <= end], end - seconds, end)) is not None]
+    return sum(rates) if rates else None
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -233,7 +238,6 @@ def test_store_rates_equal_the_reference_while_columns_trim_and_rows_come_and_go
     # earlier sample has aged out of the window (or the store) adds nothing, as in Prometheus.
     import random
 
-    from monitor.service.promql import extrapolated_increase
 
     rng = random.Random(seed)
     names = [(("engine", str(i)),) for i in range(24)]
@@ -258,14 +262,9 @@ def test_store_rates_equal_the_reference_while_columns_trim_and_rows_come_and_go
         series.append(Snapshot(ts=ts, counters={"requests": {MODEL: present}}))
         end = series.times[-1] / 1000
         for seconds in (10.0, 60.0, 120.0):
-            expected, any_rate = 0.0, False
-            for pts in points.values():
-                inside = [(t, v) for t, v in pts if end - seconds < t <= end]
-                increase = extrapolated_increase(inside, end - seconds, end)
-                if increase is not None:
-                    expected, any_rate = expected + increase / seconds, True
+            expected = reference_rate(points.values(), end, seconds)
             got = series.rates(end - seconds, end).get(("counter", "requests", MODEL, None))
-            assert (got is not None) == any_rate
+            assert (got is None) == (expected is None)
             if got is not None:
                 assert got == pytest.approx(expected, rel=1e-9, abs=1e-12), (step, seconds)
     assert len(series.times) <= 120 / 5 + 17  # trimmed as it went
