@@ -20,6 +20,7 @@ refuses the page where the full parse refuses it; a family it skips is not check
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -180,6 +181,9 @@ class Parser:
         if start >= end:
             return saw_eof
         heads, samples = self._heads, page.samples
+        ascii_text = text.isascii()  # O(1) for a str; then no tail needs its own check
+        filed: str | None = None  # the name of `series` (a family's lines come one after another)
+        series: dict[Labels, float] = {}
         for index, line in enumerate(text[start:end].split("\n")):
             if saw_eof:
                 if line.strip():
@@ -190,20 +194,21 @@ class Parser:
             if known is not None:
                 if known is _SKIP:
                     continue
-                if "_" not in tail and tail.isascii():  # else Go's reading, in the full read
+                if "_" not in tail and (ascii_text or tail.isascii()):  # else Go's reading, in the full read
                     try:
                         value = float(tail)
                     except ValueError:
                         pass  # not a number: the full read below names what is wrong
                     else:
                         name, labels = known
-                        series = samples.get(name)
-                        if series is None:
-                            series = samples[name] = {}
-                        if labels in series:
+                        if name is not filed:
+                            found = samples.get(name)
+                            if found is None:
+                                found = samples[name] = {}
+                            series, filed = found, name
+                        # A fresh float is returned only when it went in: one hash of the labels.
+                        if series.setdefault(labels, value) is not value:
                             page.duplicates += 1
-                        else:
-                            series[labels] = value
                         continue
             if not line or line.isspace():
                 continue
@@ -264,7 +269,8 @@ class Parser:
     def _remember(self, line: str, sample: tuple[str, Labels] | None) -> None:
         head, space, _ = line.rpartition(" ")
         if space and head:
-            self._heads[head] = _SKIP if sample is None else sample
+            # One name object per family, so the fast path sees a family's next line by identity.
+            self._heads[head] = _SKIP if sample is None else (sys.intern(sample[0]), sample[1])
 
     def _quoted_name_sample(self, line: str) -> tuple[str, Labels, str]:
         quoted, labels, rest = self._labels_and_rest(line, 0)

@@ -39,6 +39,25 @@ def test_duplicates_counted_first_wins() -> None:
     assert page.samples["m"][(("a", "1"),)] == 1
 
 
+def test_a_warm_parse_files_interleaved_families_and_counts_duplicates_as_a_cold_one() -> None:
+    # Remembered heads take the fast path: a family that comes back after another one goes into
+    # its own series, and a second line of one series (same labels, written in another order) is
+    # a duplicate there too, the first value kept.
+    def page(k: int) -> str:
+        return (f'a{{x="1",y="2"}} {k}\nb 7\na{{x="2"}} {k + 1}\nb{{z="1"}} 8\n'
+                f'a{{y="2",x="1"}} {k + 2}\na{{x="3"}} {k + 3}\n')
+
+    warm = Parser(shared=False)
+    warm.parse(page(1))
+    for k in (10, 20):
+        cold = parse(page(k))
+        again = warm.parse(page(k))
+        assert again.samples == cold.samples
+        assert again.duplicates == cold.duplicates == 1
+        assert again.samples["a"] == {(("x", "1"), ("y", "2")): k, (("x", "2"),): k + 1, (("x", "3"),): k + 3}
+        assert list(again.samples["a"]) == list(cold.samples["a"])  # the page's order
+
+
 def test_openmetrics_eof_and_exemplars() -> None:
     text = (
         "# TYPE r counter\nr_total{a=\"1\"} 3.0\n"
