@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -25,7 +25,7 @@ from monitor.alerting.evaluator import ActiveAlert, RuleState, Transition
 from monitor.alerting.expr import Sample
 from monitor.alerting.model import Alert, AlertSink
 from monitor.alerting.rules import RuleSet
-from monitor.catalog import family
+from monitor.catalog import CATALOG, family
 from monitor.promtext import Labels, Parser
 from monitor.store.alerting_state import StoredAlert, load_alert_states, save_alert_states
 
@@ -88,6 +88,28 @@ def exposition_samples(body: bytes, names: set[str], parser: Parser | None = Non
     return out
 
 
+STALE_METRIC = "inference_target_stale"
+# The service layer's per-target series that are rendered for a stale target too (its state).
+_TARGET_STATE = frozenset({"inference_target_up", STALE_METRIC, "inference_target_engine_recognized",
+                           "inference_target_info"})
+
+
+def reads_target_numbers(metrics: Iterable[str]) -> bool:
+    """Does a rule read a service-layer series per target that a stale target's page leaves out?"""
+    for metric in metrics:
+        definition = CATALOG.get(metric)
+        if (definition is not None and definition.layer == "service" and "target" in definition.labels
+                and metric not in _TARGET_STATE):
+            return True
+    return False
+
+
+def stale_targets(samples: Mapping[str, Sequence[Sample]]) -> frozenset[str]:
+    """The targets the monitor fell behind on (`inference_target_stale` 1), from the page read."""
+    return frozenset(labels["target"] for labels, value in samples.get(STALE_METRIC, ())
+                     if value == 1 and "target" in labels)
+
+
 def _utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
 
@@ -111,7 +133,10 @@ class EmbeddedEvaluator:
         self.sink: AlertSink = sink or LoggingSink()
         self.external_url = (external_url or "").rstrip("/")
         self.states = [RuleState(rule) for rule in ruleset.rules]
-        self.metrics = ruleset.metrics
+        # The rules whose per-target series vanish while the monitor is behind on a target: their
+        # alerts of a stale target are held, not resolved (and fired again once it is scraped).
+        self._stale_held = {state.rule.key for state in self.states if reads_target_numbers(state.rule.metrics)}
+        self.metrics = ruleset.metrics | ({STALE_METRIC} if self._stale_held else set())
         self.last_ts: float | None = None
         self._saved: dict[tuple[str, str], tuple[object, ...]] = {}
         self._unsent: list[Alert] = []
@@ -180,6 +205,7 @@ class EmbeddedEvaluator:
                   for row in self._orphans]
         self._orphans = []
         self.held = []
+        stale = stale_targets(samples) if self._stale_held else frozenset()
         for state in self.states:
             if state.last_evaluation is not None and ts <= state.last_evaluation:
                 continue  # evaluated at this instant already (a rule held back until then was not)
@@ -187,7 +213,8 @@ class EmbeddedEvaluator:
                 self.held.append(state.rule.name)
                 continue
             previous_error = state.last_error
-            for transition in state.evaluate(samples, ts, self.external_url, slack):
+            held = stale if stale and state.rule.key in self._stale_held else ()
+            for transition in state.evaluate(samples, ts, self.external_url, slack, held):
                 alerts.append(self._as_alert(transition, self._explained(state.rule.key, transition)))
             if state.last_error and state.last_error != previous_error:  # once when it starts or changes
                 log.warning("alert rule %s: %s", state.rule.name, state.last_error)

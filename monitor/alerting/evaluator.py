@@ -7,7 +7,9 @@ At each evaluation time `ts`, per rule:
 - a pending alert whose `ts - active_at >= for` becomes *firing* (`fired_at = ts`): a transition;
 - an alert missing from the result is dropped; if it was firing it is *resolved* at `ts` (a
   transition) - unless `keep_firing_for` holds it, counted from the first evaluation it was missing;
-- two samples that end up with the same alert labels are an evaluation error: nothing changes.
+- two samples that end up with the same alert labels are an evaluation error: nothing changes;
+- an alert of a `held` target missing from the result stays as it was (the monitor's own gap, not
+  the engine's: Prometheus would resolve it, as it does when a scrape fails).
 
 Prometheus evaluates on an exact grid; the monitor evaluates when fresh data arrives, a few
 milliseconds off any grid, so durations are compared with `slack` seconds of tolerance (a
@@ -16,7 +18,7 @@ fraction of the interval: `for: 30s` still means the evaluation 30 s after the f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -69,7 +71,10 @@ class RuleState:
     last_error: str | None = None
     last_evaluation: float | None = None
 
-    def evaluate(self, samples: Samples, ts: float, external_url: str = "", slack: float = 0.0) -> list[Transition]:
+    def evaluate(self, samples: Samples, ts: float, external_url: str = "", slack: float = 0.0,
+                 held: Collection[str] = ()) -> list[Transition]:
+        """`held`: targets whose alerts stay as they are when the result lacks them (the monitor fell
+        behind on them: their series are withheld, which says nothing about the engine)."""
         try:
             found = self._alerts(samples, external_url)
         except EvaluationError as exc:
@@ -84,7 +89,7 @@ class RuleState:
             else:
                 alert.active_at = ts
                 self.active[fp] = alert
-        return self._advance(found, ts, slack)
+        return self._advance(found, ts, slack, held)
 
     def _alerts(self, samples: Samples, external_url: str) -> dict[str, ActiveAlert]:
         rule = self.rule
@@ -111,11 +116,14 @@ class RuleState:
             found[fp] = alert
         return found
 
-    def _advance(self, found: Mapping[str, ActiveAlert], ts: float, slack: float) -> list[Transition]:
+    def _advance(self, found: Mapping[str, ActiveAlert], ts: float, slack: float,
+                 held: Collection[str] = ()) -> list[Transition]:
         rule = self.rule
         transitions: list[Transition] = []
         for fp, alert in list(self.active.items()):
             if fp not in found:
+                if held and alert.labels.get("target") in held:
+                    continue  # not looked at: neither resolved nor dropped, `for` and keep_firing_for as they were
                 if alert.state == "firing" and rule.keep_firing_for_seconds > 0:
                     if alert.keep_firing_since is None:
                         alert.keep_firing_since = ts

@@ -185,3 +185,51 @@ def test_firing_counts_per_severity(store: Store) -> None:
 def test_a_rule_label_that_renders_empty_is_dropped() -> None:
     [fired] = RuleState(make_rule("t > 80", team="{{ $labels.team }}")).evaluate(temps(90), 0)
     assert "team" not in fired.alert.labels
+
+
+# -- targets the monitor fell behind on ----------------------------------------------------------
+
+
+def test_a_stale_targets_alerts_are_held_until_it_is_scraped_again(store: Store) -> None:
+    # TTFT reads a per-target service series, which a stale target's page leaves out: its alerts
+    # of a stale target stay as they were. Failing reads no such series: it resolves as always.
+    def rule(name: str, expr: str, for_s: float) -> AlertRule:
+        return AlertRule(name, "g", f"g/{name}/0", expr, parse(expr), for_s, 0.0, {}, {})
+
+    sink = RecordingSink()
+    embedded = EmbeddedEvaluator(RuleSet([
+        rule("TTFT", 'inference_ttft_seconds{quantile="0.99",target!=""} > 1', 30),
+        rule("Failing", "inference_monitor_collector_success == 0", 0)]), store.engine, sink)
+
+    def page(ttft: dict[str, float], stale: frozenset[str] = frozenset(),
+             failing: frozenset[str] = frozenset()) -> dict[str, list[Sample]]:
+        name = "inference_ttft_seconds"
+        return {
+            name: [({"__name__": name, "target": t, "model": "m", "quantile": "0.99"}, v) for t, v in ttft.items()],
+            "inference_target_stale": [({"__name__": "inference_target_stale", "target": t}, 1.0 if t in stale else 0.0)
+                                       for t in ("a", "b", "c")],
+            "inference_monitor_collector_success": [
+                ({"__name__": "inference_monitor_collector_success", "collector": "service", "target": t}, 0.0)
+                for t in failing]}
+
+    def sent() -> list[tuple[str, str, str]]:
+        return [(a.labels["alertname"], a.labels["target"], a.status) for a in sink.sent]
+
+    def active(name: str) -> dict[str, str]:
+        return {a["labels"]["target"]: a["state"] for a in embedded.active() if a["labels"]["alertname"] == name}
+
+    embedded.evaluate(page({"a": 2, "b": 2}, failing=frozenset("a")), 1000)
+    embedded.evaluate(page({"a": 2, "b": 2}), 1030)
+    assert sent() == [("Failing", "a", "firing"), ("TTFT", "a", "firing"), ("TTFT", "b", "firing"),
+                      ("Failing", "a", "resolved")]
+    sink.sent.clear()
+    embedded.evaluate(page({"b": 2, "c": 3}, stale=frozenset("a"), failing=frozenset("a")), 1045)  # c starts pending
+    embedded.evaluate(page({"b": 2}, stale=frozenset("ac")), 1060)
+    assert sent() == [("Failing", "a", "firing"), ("Failing", "a", "resolved")]  # nothing said of TTFT
+    assert active("TTFT") == {"a": "firing", "b": "firing", "c": "pending"}
+    embedded.evaluate(page({"c": 3}, stale=frozenset("a")), 1075)  # b is fresh and its TTFT is fine: resolved
+    embedded.evaluate(page({"a": 0.5, "c": 3}), 1090)  # a scraped again, its TTFT fine: resolved now
+    assert sent()[2:] == [("TTFT", "b", "resolved"), ("TTFT", "c", "firing"), ("TTFT", "a", "resolved")]
+    assert [a.ends_at for a in sink.sent[2:]] == [at(1075), None, at(1090)]
+    assert sink.sent[3].starts_at == at(1075)  # c's `for` counted from 1045, the gap in between held
+    assert active("TTFT") == {"c": "firing"}

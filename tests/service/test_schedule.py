@@ -15,6 +15,7 @@ import pytest
 
 from bench.pagefarm import PageFarm
 from monitor.alerting.context import _target_facts
+from monitor.alerting.embedded import STALE_METRIC, exposition_samples, stale_targets
 from monitor.config import Duration, ServiceSettings, Settings, load_settings
 from monitor.exporter import TextWriter, make_registry, render_text
 from monitor.health import HealthBook
@@ -166,6 +167,8 @@ def test_a_target_not_scraped_for_two_intervals_is_stale_not_down_and_has_no_der
     assert 'inference_monitor_stale_targets{collector="service"} 1.0' in text
     kept = {line.split("{", 1)[0] for line in text.splitlines() if 'target="a"' in line}
     assert kept == {"inference_target_up", "inference_target_stale", "inference_target_info"}  # none of a's numbers
+    # The alert evaluator reads a as stale off this page: a's alerts on its numbers are held, not resolved.
+    assert stale_targets(exposition_samples(text.encode(), {STALE_METRIC})) == {"a"}
     # No fact of a's is current, so none names it down as a probable cause.
     assert _target_facts(view, "a", None, None) == []
     assert [facts.up for facts in _target_facts(view, "b", None, None)] == [True]
