@@ -7,7 +7,6 @@ here does I/O, so /metrics answers in milliseconds however broken the sources ar
 from __future__ import annotations
 
 import gzip
-import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -70,6 +69,14 @@ class TextWriter:
         if len(self._labels) > self._limit:
             self._labels.clear()
 
+    def line(self, name: str, labels: dict[str, str], value: float) -> str:
+        """One sample's line, as `samples` writes it."""
+        key = tuple(labels.items())
+        text = self._labels.get(key)
+        if text is None:
+            text = self._labels[key] = _label_text(labels)
+        return f"{name}{text} {_go_float(value)}\n"
+
     def samples(self, fam: Metric, out: list[str]) -> None:
         """The family's sample lines (no HELP/TYPE), appended to `out`."""
         cache = self._labels
@@ -92,11 +99,12 @@ _TEXT_TYPES = {"stateset": "gauge", "unknown": "untyped"}  # our catalog has no 
 
 
 def _go_float(value: float) -> str:
-    # floatToGoString's answer, without its float() and branches for the common case.
-    text = repr(value)
-    if value != value or value in (math.inf, -math.inf) or (value > 0 and text.find(".") > 6):
-        return str(floatToGoString(value))  # type: ignore[no-untyped-call]
-    return text
+    # floatToGoString's answer, without its float() and branches for the common case: it writes
+    # otherwise than repr only NaN, the infinities and numbers with over six digits before the point
+    # (repr of a float in this range never has more: only 1e6 itself would round to seven).
+    if -1e6 < value < 1e6:  # never NaN
+        return repr(value)
+    return str(floatToGoString(value))  # type: ignore[no-untyped-call]
 
 
 def _label_text(labels: dict[str, str]) -> str:
