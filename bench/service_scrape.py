@@ -7,7 +7,8 @@ our median collection time per page next to Prometheus' median `scrape_duration_
 the ratio, then where our time goes: each stage of the scrape path run alone on the last page
 fetched (median over repeats): the HTTP fetch, the text check, engine detection, the parse,
 the extraction, the series store, the target's derivation and the view (the two the ratio
-covers end there), and the /metrics render after them.
+covers end there), and the target's part of the /metrics render after them (`ServiceText`, as
+`infermon serve` writes it after each scrape).
 
     python -m bench.service_scrape [--seconds 40] [--models 10]
 """
@@ -26,13 +27,14 @@ from bench.pagefarm import PageFarm
 from bench.pages import fleet_page, grown, v1_page
 from bench.promserver import PrometheusServer
 from monitor.config import load_settings
+from monitor.exporter import TextWriter
 from monitor.health import HealthBook
 from monitor.promtext import check_text
 from monitor.scrape import fetch_target_page
-from monitor.service.collector import ServiceCollector, TargetState
+from monitor.service.collector import ServiceCollector, ServiceView, TargetState
 from monitor.service.engines import detect
 from monitor.service.extract import Snapshot, extract
-from monitor.service.render import render_service
+from monitor.service.render import ServiceText
 
 Stages = dict[str, float]  # stage -> median seconds
 REPEATS = 30
@@ -54,6 +56,12 @@ def stages(collector: ServiceCollector, state: TargetState, text: str, openmetri
         ts[0] += 1.0
         return extract(page, spec, ts[0], state.target.model or "unknown", state.memo)
 
+    kept, writer = ServiceText(), TextWriter()
+
+    def render_again(view: ServiceView) -> None:
+        kept._targets.clear()  # as after the target's scrape: its lines written anew
+        kept.render(view, writer, [])
+
     steps: dict[str, object] = {
         "check": lambda: check_text(text),
         "detect": lambda: detect(text, prefix, state.target.engine),
@@ -62,7 +70,7 @@ def stages(collector: ServiceCollector, state: TargetState, text: str, openmetri
         "store": lambda: state.store.append(snapshot()),  # minus the extract above
         "derive": lambda: collector._derive_target(state, ts[0]),
         "view": lambda: collector.assemble(ts[0]),
-        "render": lambda: list(render_service(collector.view)),
+        "render": lambda: render_again(collector.view),
     }
     for name, step in steps.items():
         runs = []
