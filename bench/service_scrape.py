@@ -5,7 +5,8 @@ process of its own (bench.pagefarm): the V1 fixture (55 KB), 8 engines x 4 model
 and one engine serving 10 models (342 KB, the page of `bench.scale --models 10`). We report
 our median collection time per page next to Prometheus' median `scrape_duration_seconds` and
 the ratio, then where our time goes: each stage of the scrape path run alone on the last page
-fetched (median over repeats): the HTTP fetch, the text check, engine detection, the parse,
+fetched (median over repeats): the HTTP fetch, the text check, engine detection (a router's
+page ruled out first), the parse,
 the extraction, the series store, the target's derivation and the view (the two the ratio
 covers end there), and the target's part of the /metrics render after them (`ServiceText`, as
 `infermon serve` writes it after each scrape).
@@ -32,7 +33,7 @@ from monitor.health import HealthBook
 from monitor.promtext import check_text
 from monitor.scrape import fetch_target_page
 from monitor.service.collector import ServiceCollector, ServiceView, TargetState
-from monitor.service.engines import detect
+from monitor.service.engines import detect, is_router
 from monitor.service.extract import Snapshot, extract
 from monitor.service.render import ServiceText
 
@@ -64,7 +65,7 @@ def stages(collector: ServiceCollector, state: TargetState, text: str, openmetri
 
     steps: dict[str, object] = {
         "check": lambda: check_text(text),
-        "detect": lambda: detect(text, prefix, state.target.engine),
+        "detect": lambda: (is_router(text, prefix), detect(text, prefix, state.target.engine)),
         "parse": lambda: state.parser.parse(text, spec.page_names(prefix), openmetrics),
         "extract": snapshot,
         "store": lambda: state.store.append(snapshot()),  # minus the extract above
