@@ -1,8 +1,10 @@
 """Resident memory of `infermon serve` scraping 50 vLLM targets (goal < 150 MB).
 
-The windows are sized so the run reaches the steady state of the default configuration
-(5m window / 15s interval = 21 columns per series; 1h baseline / 15s = 240 columns) in
-about 80 s: 3s interval, 1m window, 12m baseline.
+The windows are scaled down from the defaults (15 s interval, 5m window, 1h baseline) to a 3 s
+interval, a 1m window and a 12m baseline, so the 1m window fills in about 80 s. The baseline store
+keeps the window plus two baselines (25 min at these settings), which an 80 s run never fills:
+this is the memory of the first minutes, not the steady state. `python -m bench.target_memory`
+measures one target at the steady state of the shipped settings.
 
     python -m bench.memory_serve [--targets 50] [--seconds 80]
 """

@@ -6,10 +6,9 @@ and one engine serving 10 models (342 KB, the page of `bench.scale --models 10`)
 our median collection time per page next to Prometheus' median `scrape_duration_seconds` and
 the ratio, then where our time goes: each stage of the scrape path run alone on the last page
 fetched (median over repeats): the HTTP fetch, the text check, engine detection (a router's
-page ruled out first), the parse,
-the extraction, the series store, the target's derivation and the view (the two the ratio
-covers end there), and the target's part of the /metrics render after them (`ServiceText`, as
-`infermon serve` writes it after each scrape).
+page ruled out first), the parse, the extraction, the series store, the target's derivation and
+the view (the two the ratio covers end there), and the target's part of the /metrics render after
+them (`ServiceText`, as `infermon serve` writes it after each scrape).
 
     python -m bench.service_scrape [--seconds 40] [--models 10]
 """
