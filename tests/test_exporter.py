@@ -35,7 +35,8 @@ def test_writer_equals_generate_latest_and_cache_stays_right() -> None:
 
 def test_values_are_written_as_prometheus_client_writes_them() -> None:
     tricky = [0.0, -0.0, 1.0, -1.0, 0.1, 1e-9, 5e-324, 2.0**53, 1e15, 1e16, 1.5e16, 1e21, 1e22, 1e300,
-              123456.7, 1234567.0, 9999999.5, 12345678.25, -1234567.0, -1e22, 0.5e-4, 1e-5, math.inf,
+              123456.7, 999999.9999999999, 1e6, -999999.9999999999, -1e6, 1234567.0, 9999999.5,
+              12345678.25, -1234567.0, -1e22, 0.5e-4, 1e-5, math.inf,
               -math.inf, math.nan, 1.7976931348623157e308]
     rng = random.Random(7)
     values = tricky + [rng.uniform(-1, 1) * 10.0 ** rng.randint(-12, 24) for _ in range(5000)]
