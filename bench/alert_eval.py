@@ -8,7 +8,7 @@ renders every alert's annotations; the later ones alternate the same page again 
 most targets in a tick, scraped every 15 s and published every 5) and a page where every
 target's TTFT moved by 1 % (each alert's description rendered again).
 
-    python -m bench.alert_eval [--targets 1000]
+    python -m bench.alert_eval [--targets 1000] [--models 1]
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--targets", type=int, default=1000)
+    parser.add_argument("--models", type=int, default=1, help="models a target serves (10: #22 item 2's page)")
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
-    collector, now = build(args.targets, 1)
+    collector, now = build(args.targets, args.models)
     view = collector.assemble(now)
     body = render_text(make_registry([lambda: render_service(view)]))
     for target in view.targets.values():
@@ -60,7 +61,8 @@ def main() -> None:
         assert done is not None
         evaluator.write(*done)  # the store thread's part, untimed: the states saved, as under serve
     alerts = sum(len(state.active) for state in evaluator.states)
-    print(f"{args.targets} targets, {alerts} alerts active: the page read back "
+    print(f"{args.targets} targets x {args.models} model(s), {len(body) / 1e6:.1f} MB, {alerts} alerts active: "
+          f"the page read back "
           f"{statistics.median(read) * 1e3:.0f} ms; read back + every rule, CPU time: "
           + ", ".join(f"{kind} {statistics.median(seconds) * 1e3:.0f} ms" for kind, seconds in times.items()))
 

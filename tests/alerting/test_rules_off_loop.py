@@ -57,7 +57,8 @@ def test_the_read_back_keeps_series_dicts_and_equals_a_fresh_read() -> None:
              b'inference_request_error_ratio{model="m",target="a",window="5m"} 0.5\n'
              b'inference_request_error_ratio{model="m",window="5m"} 0.25\n')
     second = first.replace(b"} 0.5", b"} 0.75").replace(b'target="b"} 0.0', b'target="c"} 1.0')
-    for body in (first, second, first):
+    moved = first.replace(b"} 0.5", b"} 0.6")  # the same series, a value moved: the kept layout, new values
+    for body in (first, first, moved, second, second, first, moved):
         assert evaluator._read_back(body) == exposition_samples(body, evaluator.metrics)
     again = evaluator._read_back(first)["inference_target_up"][0][0]
     assert again is evaluator._read_back(second)["inference_target_up"][0][0]  # kept, not built again
