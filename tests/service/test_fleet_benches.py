@@ -24,7 +24,7 @@ def test_alert_eval_runs_with_two_alerts_a_target(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(sys, "argv", ["alert_eval", "--targets", "10", "--repeats", "2"])
     alert_eval.main()
     out = capsys.readouterr().out
-    assert "10 targets, 20 alerts active" in out and "every TTFT moved" in out, out
+    assert "10 targets x 1 model(s)" in out and "20 alerts active" in out and "every TTFT moved" in out, out
 
 
 def test_target_memory_runs_and_reports_one_targets_stores(monkeypatch: pytest.MonkeyPatch,
