@@ -70,7 +70,7 @@ class TextWriter:
             self._labels.clear()
 
     def line(self, name: str, labels: dict[str, str], value: float) -> str:
-        """One sample's line, as `samples` writes it."""
+        """One sample's line; its label text from the cache."""
         key = tuple(labels.items())
         text = self._labels.get(key)
         if text is None:
@@ -79,13 +79,8 @@ class TextWriter:
 
     def samples(self, fam: Metric, out: list[str]) -> None:
         """The family's sample lines (no HELP/TYPE), appended to `out`."""
-        cache = self._labels
-        for sample in fam.samples:
-            key = tuple(sample.labels.items())
-            labels = cache.get(key)
-            if labels is None:
-                labels = cache[key] = _label_text(sample.labels)
-            out.append(f"{sample.name}{labels} {_go_float(sample.value)}\n")
+        line = self.line
+        out.extend([line(sample.name, sample.labels, sample.value) for sample in fam.samples])
 
 
 def header(fam: Metric) -> str:
