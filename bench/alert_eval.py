@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 from bench.fleet_view import build
-from monitor.alerting.embedded import EmbeddedEvaluator, exposition_samples
+from monitor.alerting.embedded import EmbeddedEvaluator
+from monitor.alerting.readback import exposition_samples
 from monitor.alerting.rules import load_rules
 from monitor.config import SHIPPED_RULE_FILES
 from monitor.exporter import make_registry, render_text

@@ -94,6 +94,11 @@ class Parser:
         self._valid_names: set[str] = set()
         self._family_patterns: dict[str, re.Pattern[str]] = {}
 
+    def heads(self, wanted: Wanted | None) -> Mapping[str, tuple[str, Labels]]:
+        """The line heads remembered under `wanted`: each was read in full on a line that was
+        exactly `head value`."""
+        return _shared_heads(wanted) if self._shared else self._heads
+
     def parse(self, text: str, wanted: Wanted | None = None, openmetrics: bool = False) -> Page:
         if len(self._labels_cache) > _CACHE_LIMIT:
             self._labels_cache.clear()

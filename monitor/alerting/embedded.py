@@ -12,7 +12,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote_plus
@@ -24,12 +24,11 @@ from sqlalchemy.engine import Engine
 from monitor.alerting.evaluator import ActiveAlert, RuleState, Transition
 from monitor.alerting.expr import Sample
 from monitor.alerting.model import Alert, AlertSink
+from monitor.alerting.readback import PageReader
 from monitor.alerting.rules import RuleSet
 from monitor.catalog import CATALOG, family
-from monitor.promtext import Labels, Parser
 from monitor.store.alerting_state import StoredAlert, load_alert_states, save_alert_states
 
-_SERIES_LIMIT = 500_000  # series label dicts kept for the read-back; past it, forgotten and built again
 log = logging.getLogger("monitor.alerting")
 
 Transitions = Callable[[], list[dict[str, Any]]]
@@ -66,49 +65,6 @@ def registry_samples(registry: CollectorRegistry, names: set[str]) -> dict[str, 
                 labels = {k: v for k, v in sample.labels.items() if v != ""}
                 out.setdefault(sample.name, []).append(({**labels, "__name__": sample.name}, sample.value))
     return out
-
-
-@dataclass
-class KeptLabels:
-    """The label dicts a reader of page after page hands the rules, kept from page to page."""
-
-    series: dict[tuple[str, Labels], Mapping[str, str]] = field(default_factory=dict)  # by (name, labels)
-    # name -> the page's series of that name, in page order, and their dicts: the same page layout
-    # tick after tick (at 1,000 targets of 10 models, 143,000 series the rules read) is one
-    # comparison of two tuples, in C, instead of a hash of every label set.
-    families: dict[str, tuple[tuple[Labels, ...], list[Mapping[str, str]]]] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.series)
-
-    def clear(self) -> None:
-        self.series.clear()
-        self.families.clear()
-
-    def dicts(self, name: str, keys: tuple[Labels, ...]) -> list[Mapping[str, str]]:
-        known = self.families.get(name)
-        if known is not None and known[0] == keys:
-            return known[1]
-        dicts: list[Mapping[str, str]] = []
-        for labels in keys:
-            found = self.series.get((name, labels))
-            if found is None:
-                found = self.series[(name, labels)] = {**{k: v for k, v in labels if v != ""}, "__name__": name}
-            dicts.append(found)
-        self.families[name] = (keys, dicts)
-        return dicts
-
-
-def exposition_samples(body: bytes, names: set[str], parser: Parser | None = None,
-                       kept: KeptLabels | None = None) -> dict[str, list[Sample]]:
-    """The samples of `names` read back from a rendered /metrics page (the pre-rendered exposition
-    under `infermon serve`): the same samples as `registry_samples`, without a second render.
-    A reader of page after page passes its `parser` and the series' label dicts it `kept`: the same
-    series come back every tick (at 1,000 targets, building their dicts anew was half the read-back)."""
-    page = (parser or Parser()).parse(body.decode(), wanted=names)
-    kept = KeptLabels() if kept is None else kept
-    return {name: list(zip(kept.dicts(name, tuple(series)), series.values(), strict=True))
-            for name, series in page.samples.items()}
 
 
 STALE_METRIC = "inference_target_stale"
@@ -174,8 +130,7 @@ class EmbeddedEvaluator:
         # `infermon serve` advances the rules in its worker thread (`advance_page`); the readers on
         # the loop (status, the alerts API, the overview) and /metrics' render take this lock too.
         self.lock = threading.RLock()
-        self._parser = Parser()  # the read-back of the rendered page (advance_page)
-        self._series = KeptLabels()
+        self._reader = PageReader(self.metrics)  # the read-back of the rendered page (advance_page)
         self._restore()
 
     # ---- one evaluation -----------------------------------------------------------------
@@ -189,19 +144,19 @@ class EmbeddedEvaluator:
         """
         return self.run_samples(registry_samples(registry, self.metrics), now, interval)
 
-    def run_samples(self, samples: dict[str, list[Sample]], now: float, interval: float) -> list[Alert]:
+    def run_samples(self, samples: Mapping[str, Sequence[Sample]], now: float, interval: float) -> list[Alert]:
         """As `run`, on samples already read (from the pre-rendered exposition)."""
         if self.last_ts is not None and now <= self.last_ts and not self.held:
             return []  # this instant is evaluated already
         return self.evaluate(samples, now, slack=min(0.5, 0.05 * interval))
 
-    def evaluate(self, samples: dict[str, list[Sample]], ts: float, slack: float = 0.0) -> list[Alert]:
+    def evaluate(self, samples: Mapping[str, Sequence[Sample]], ts: float, slack: float = 0.0) -> list[Alert]:
         """Advance every rule at `ts`; returns (and sends) the transitions as Alertmanager alerts."""
         alerts = self._advance(samples, ts, slack)
         self.write(alerts, self.changes())
         return alerts
 
-    def advance(self, samples: dict[str, list[Sample]], ts: float, slack: float = 0.0) -> list[Alert] | None:
+    def advance(self, samples: Mapping[str, Sequence[Sample]], ts: float, slack: float = 0.0) -> list[Alert] | None:
         """The state part of `evaluate` (on the loop, no I/O); None when `ts` is evaluated already.
         `write(alerts, changes())` is the I/O part, for the store thread."""
         if self.last_ts is not None and ts <= self.last_ts and not self.held:
@@ -217,13 +172,11 @@ class EmbeddedEvaluator:
             alerts = self.advance(samples, ts, slack)
             return None if alerts is None else (alerts, self.changes())
 
-    def _read_back(self, body: bytes) -> dict[str, list[Sample]]:
-        """`exposition_samples` with this evaluator's parser and kept label dicts (the worker thread's)."""
-        if len(self._series) > _SERIES_LIMIT:
-            self._series.clear()
-        return exposition_samples(body, self.metrics, self._parser, self._series)
+    def _read_back(self, body: bytes) -> dict[str, Sequence[Sample]]:
+        """The samples the rules read, from the rendered page (in the worker thread)."""
+        return self._reader.read(body)
 
-    def _advance(self, samples: dict[str, list[Sample]], ts: float, slack: float) -> list[Alert]:
+    def _advance(self, samples: Mapping[str, Sequence[Sample]], ts: float, slack: float) -> list[Alert]:
         alerts = [Alert(row.labels, row.annotations, _utc(row.fired_at or row.active_at), _utc(ts))
                   for row in self._orphans]
         self._orphans = []

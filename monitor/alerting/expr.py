@@ -21,12 +21,53 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 Labels = Mapping[str, str]
 Sample = tuple[Labels, float]
 Samples = Mapping[str, Sequence[Sample]]  # metric name -> its series (labels include __name__)
+
+
+class Series(Sequence[Sample]):
+    """One metric's samples as a reader of page after page keeps them: the label dicts (the same
+    list while the page's series stay as they were) beside this page's values. A selector keeps
+    which series it matched in `matches`, which lives as long as that list: at 1,000 ten-model
+    targets the rules' matchers ran on 140,000 series every tick, with the same answer."""
+
+    __slots__ = ("labels", "matches", "values")
+
+    def __init__(self, labels: Sequence[Labels], values: Sequence[float],
+                 matches: dict[tuple[Matcher, ...], list[int]]) -> None:
+        if len(labels) != len(values):
+            raise ValueError(f"{len(labels)} label sets for {len(values)} values")
+        self.labels, self.values, self.matches = labels, values, matches
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @overload
+    def __getitem__(self, index: int) -> Sample: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Sample]: ...
+    def __getitem__(self, index: int | slice) -> Sample | list[Sample]:
+        if isinstance(index, slice):
+            return list(zip(self.labels[index], self.values[index], strict=True))
+        return self.labels[index], self.values[index]
+
+    def __iter__(self) -> Iterator[Sample]:
+        return zip(self.labels, self.values, strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # a sequence that compares by content
+
+    def __repr__(self) -> str:
+        return f"Series({list(self)!r})"
 
 
 class OutsideSubset(ValueError):
@@ -70,7 +111,17 @@ class Selector:
     matchers: tuple[Matcher, ...] = ()
 
     def eval(self, samples: Samples) -> list[Sample]:
-        return [s for s in samples.get(self.name, ()) if all(m.matches(s[0]) for m in self.matchers)]
+        found = samples.get(self.name, ())
+        if not isinstance(found, Series):
+            return [s for s in found if all(m.matches(s[0]) for m in self.matchers)]
+        labels, values = found.labels, found.values
+        if not self.matchers:
+            return list(zip(labels, values, strict=True))
+        chosen = found.matches.get(self.matchers)
+        if chosen is None:
+            chosen = found.matches[self.matchers] = [
+                index for index, series in enumerate(labels) if all(m.matches(series) for m in self.matchers)]
+        return [(labels[index], values[index]) for index in chosen]
 
 
 @dataclass(frozen=True)

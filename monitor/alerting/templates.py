@@ -217,6 +217,11 @@ class Template:
         self.parts.append(tail)
         self.render(TemplateData({}, 0.0))  # check every name now, not at the first alert
 
+    @property
+    def constant(self) -> bool:
+        """Does it render the same text whatever the data (no action in it)?"""
+        return all(isinstance(part, str) for part in self.parts)
+
     def render(self, data: TemplateData) -> str:
         out: list[str] = []
         for part in self.parts:

@@ -233,3 +233,21 @@ def test_a_stale_targets_alerts_are_held_until_it_is_scraped_again(store: Store)
     assert [a.ends_at for a in sink.sent[2:]] == [at(1075), None, at(1090)]
     assert sink.sent[3].starts_at == at(1075)  # c's `for` counted from 1045, the gap in between held
     assert active("TTFT") == {"c": "firing"}
+
+
+def test_an_alerts_labels_are_kept_per_series_only_while_no_label_reads_the_sample() -> None:
+    series = {"__name__": "t", "gpu": "0"}  # the same dict tick after tick, as the page's reader hands it
+    kept = RuleState(make_rule("t > 80"))
+    kept.evaluate({"t": [(series, 90.0)]}, 0)
+    [first] = kept.active.values()
+    kept.evaluate({"t": [(series, 95.0)]}, 15)
+    assert [alert.labels for alert in kept.active.values()] == [{"gpu": "0", "severity": "warning", "alertname": "Hot"}]
+    assert next(iter(kept.active.values())) is first and first.value == 95.0
+    valued = RuleState(make_rule("t > 80", band="{{ $value }}"))  # a label that reads the value: rendered each time
+    valued.evaluate({"t": [(series, 90.0)]}, 0)
+    valued.evaluate({"t": [(series, 95.0)]}, 15)
+    assert [alert.labels["band"] for alert in valued.active.values()] == ["95"]
+    named = RuleState(make_rule("t > 80", where="{{ $labels.gpu }}"))  # reads the labels: rendered each time too
+    named.evaluate({"t": [(series, 90.0)]}, 0)
+    named.evaluate({"t": [({**series, "gpu": "1"}, 90.0)]}, 15)
+    assert [alert.labels["where"] for alert in named.active.values()] == ["1"]

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from monitor.alerting.expr import OutsideSubset, Sample, metric_names, parse
+from monitor.alerting.expr import Matcher, OutsideSubset, Sample, Series, metric_names, parse
 
 
 def series(name: str, value: float, **labels: str) -> Sample:
@@ -81,3 +81,36 @@ def test_outside_the_subset_is_refused_with_a_reason(text: str) -> None:
 
 def test_metric_names_of_an_expression() -> None:
     assert metric_names(parse("(a > 1 or c > 0) and on(node) b == 1")) == {"a", "b", "c"}
+
+
+EXPRESSIONS = ['a{gpu="1"}', 'a{gpu!="1",node=~"n[12]"}', 'a{node=~"n"}', 'a{gpu!~"0|1"} > 0', "a > 1 and c > 0",
+               "a > 0 unless on(node) b == 1", "(a > 10 or c > 0) and on(node) (b == 0)", "a", 'a{missing=""} > 1']
+
+
+def test_a_kept_series_list_gives_what_the_plain_list_gives_and_keeps_each_selectors_matches() -> None:
+    matches: dict[str, dict[tuple[Matcher, ...], list[int]]] = {name: {} for name in SAMPLES}
+    labels = {name: [labels for labels, _ in found] for name, found in SAMPLES.items()}
+
+    def kept(shift: float) -> dict[str, Series]:  # the same label dicts, values of another tick
+        return {name: Series(labels[name], [value + shift for _, value in found], matches[name])
+                for name, found in SAMPLES.items()}
+
+    for shift in (0.0, 0.0, 3.0, -0.4):
+        plain = {name: [(labels, value + shift) for labels, value in found] for name, found in SAMPLES.items()}
+        for text in EXPRESSIONS:
+            got, want = parse(text).eval(kept(shift)), parse(text).eval(plain)
+            assert [(dict(s[0]), repr(s[1])) for s in got] == [(dict(s[0]), repr(s[1])) for s in want], text
+    # Each selector's matches kept once, by its own matchers: two selectors of `a` do not share them.
+    assert matches["a"][(Matcher("gpu", "=", "1"),)] == [1]
+    assert matches["a"][(Matcher("gpu", "!=", "1"), Matcher("node", "=~", "n[12]"))] == [0, 2]
+    assert () not in matches["a"]  # no matcher: every series, nothing to keep
+    other = Series([{"__name__": "a", "gpu": "9", "node": "n1"}], [2.0], {})  # another layout: its own matches
+    assert parse('a{node="n1"}').eval({"a": other}) == [({"__name__": "a", "gpu": "9", "node": "n1"}, 2.0)]
+
+
+def test_a_series_list_is_a_sequence_of_samples() -> None:
+    found = Series([{"__name__": "a", "x": "1"}, {"__name__": "a", "x": "2"}], [1.0, 2.0], {})
+    assert len(found) == 2 and found[1] == ({"__name__": "a", "x": "2"}, 2.0)
+    assert found[:1] == [({"__name__": "a", "x": "1"}, 1.0)] and found == list(found)
+    with pytest.raises(ValueError, match="2 label sets for 1 values"):
+        Series(found.labels, [1.0], {})

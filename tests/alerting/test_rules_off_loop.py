@@ -10,7 +10,8 @@ from typing import Any
 
 import httpx
 
-from monitor.alerting.embedded import EmbeddedEvaluator, exposition_samples
+from monitor.alerting.embedded import EmbeddedEvaluator
+from monitor.alerting.readback import exposition_samples
 from monitor.alerting.rules import load_rules
 from monitor.config import SHIPPED_RULE_FILES, load_settings
 from monitor.runtime import Monitor

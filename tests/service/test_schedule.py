@@ -15,7 +15,8 @@ import pytest
 
 from bench.pagefarm import PageFarm
 from monitor.alerting.context import _target_facts
-from monitor.alerting.embedded import STALE_METRIC, exposition_samples, stale_targets
+from monitor.alerting.embedded import STALE_METRIC, stale_targets
+from monitor.alerting.readback import exposition_samples
 from monitor.config import Duration, ServiceSettings, Settings, load_settings
 from monitor.exporter import TextWriter, make_registry, render_text
 from monitor.health import HealthBook
