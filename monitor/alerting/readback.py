@@ -10,9 +10,11 @@ only their values move.
 comment (the renderer writes a family's samples there and nowhere else). A family's lines whose
 text without their values equals the last tick's (one comparison of two byte strings) are the
 same series in the same order: only the values are read, in C, and the series keep their label
-dicts and the selectors' matches (`expr.Series`). Anything else (a series come or gone, a line
-that is not `head value`) is parsed in full, as `exposition_samples` parses the whole page,
-and becomes the layout the next tick compares with.
+dicts and the selectors' matches (`expr.Series`). When series came or went (a target stale, or
+back), each line's head is looked up among those the parser read in full before, on a line that
+was exactly `head value`; a family with a head never read (a new series), or a line that is not
+`head value`, is parsed in full, as `exposition_samples` parses the whole page. Either way the
+family's layout is what the next tick compares with.
 """
 
 from __future__ import annotations
@@ -94,8 +96,8 @@ class PageReader:
         self.limit = limit  # series label dicts kept; past it, forgotten and built again
         self.layouts: dict[str, _Layout] = {}
         self._parser = Parser()
-        self.values_only = 0  # families read by their values alone (of `read` calls so far)
-        self.parsed = 0  # families parsed in full
+        self.values_only = 0  # families with samples read by their values alone (all `read` calls)
+        self.parsed = 0  # families with samples parsed in full
 
     def read(self, body: bytes) -> dict[str, Sequence[Sample]]:
         if len(self.kept) > self.limit:
@@ -121,9 +123,15 @@ class PageReader:
 
     def _run(self, family: str, type_line: bytes, run: bytes, out: dict[str, Sequence[Sample]]) -> None:
         """Read one family's sample lines (`run`) into `out`."""
+        if not run:
+            return  # a family without samples (its layout kept for when they are back)
         heads = _TAIL.sub(b"", run)
         layout = self.layouts.get(family)
-        if layout is not None and layout.heads == heads:
+        if layout is None or layout.heads != heads:
+            # Series come or gone (a target stale, or back): their lines were read before, each
+            # head is looked up, none parsed (a family of 60,000 lines parsed again took ~0.2 s).
+            layout = self._known(heads)
+        if layout is not None:
             tails = _VALUE.findall(run)
             if len(tails) == len(layout.keys):
                 try:
@@ -132,24 +140,37 @@ class PageReader:
                     pass  # not a number as `float` reads it: the full parse says what it is
                 else:
                     self.values_only += 1
-                    if values:
-                        out[layout.name] = self.kept.of(layout.name, layout.keys, values)
+                    self._file(family, layout, values, out)
                     return
         self.parsed += 1
         self.layouts.pop(family, None)
         page = self._parser.parse((type_line + run).decode(), wanted=self.names)
         for name, series in page.samples.items():
             out[name] = self.kept.of(name, tuple(series), list(series.values()))
-        if len(page.samples) == 1 and not page.duplicates:
-            (name, series), = page.samples.items()
-            lines = run.count(b"\n") + (not run.endswith(b"\n") and bool(run))
-            if len(series) == lines and self._plain(heads):  # the very keys tuple `kept` compares with
-                self.layouts[family] = _Layout(heads, name, self.kept.families[name][0])
+        layout = self._known(heads)  # the heads the parse just remembered
+        if layout is not None:
+            self.layouts[family] = _Layout(heads, layout.name, self.kept.families[layout.name][0])
 
-    def _plain(self, heads: bytes) -> bool:
-        """Was every line `head value`, nothing after the value (the parser remembered each head)?"""
+    def _file(self, family: str, layout: _Layout, values: list[float], out: dict[str, Sequence[Sample]]) -> None:
+        out[layout.name] = self.kept.of(layout.name, layout.keys, values)
+        # The very keys tuple `kept` compares with next time: one identity check, not 60,000.
+        self.layouts[family] = _Layout(layout.heads, layout.name, self.kept.families[layout.name][0])
+
+    def _known(self, heads: bytes) -> _Layout | None:
+        """The series of lines with these heads, when every head was read in full before on a line
+        that was exactly `head value` (so the parser remembered it), all of one wanted name, none twice."""
+        lines = heads.decode().split("\n")[:-1]
         remembered = self._parser.heads(self.names)
-        return all(head in remembered for head in heads.decode().split("\n")[:-1])
+        found = list(map(remembered.get, lines))
+        if not found or None in found:
+            return None
+        names = {entry[0] for entry in found if entry is not None}
+        if len(names) != 1 or "" in names:  # "": a head of a name not wanted
+            return None
+        keys = tuple(entry[1] for entry in found if entry is not None)
+        if len(set(keys)) != len(keys):
+            return None  # a series twice: the parse counts its duplicates
+        return _Layout(heads, names.pop(), keys)
 
 
 def _type_lines(body: bytes) -> Iterator[int]:

@@ -59,6 +59,7 @@ def pages() -> dict[str, bytes]:
         "one series gone": first.replace(line.group(), b""),
         "a label changed": first.replace(line.group(), line.group().replace(b'target="t2"', b'target="t9"')),
         "two lines swapped": first.replace(pair.group(), pair.group(2) + pair.group(1)),
+        "a series twice": first.replace(pair.group(1), pair.group(1) + pair.group(1).replace(b" ", b" 7")),
         "a family empty": re.sub(rb"^inference_target_up\{.*\n", b"", first, flags=re.M),
     }
 
@@ -72,21 +73,24 @@ def test_page_after_page_the_reader_gives_what_a_full_parse_gives(pages: dict[st
     wanted = names()
     reader = PageReader(wanted)
     order = ["first", "first", "moved", "odd", "moved", "one series gone", "one series gone", "first",
-             "a label changed", "a label changed", "moved", "two lines swapped", "first", "a family empty", "moved"]
-    values_only = []
+             "a label changed", "a label changed", "moved", "two lines swapped", "first", "a family empty", "moved",
+             "a series twice", "first"]
+    values_only, parsed = [], []
     for name in order:
-        before = reader.values_only
+        before = reader.values_only, reader.parsed
         got = reader.read(pages[name])
         assert shown(got) == shown(exposition_samples(pages[name], wanted)), name
-        values_only.append(reader.values_only - before)
+        values_only.append(reader.values_only - before[0])
+        parsed.append(reader.parsed - before[1])
         assert "inference_ttft_seconds" in got and "inference_test_requests_total" in got
-    families = values_only[1]  # the same page again: every family read by its values
-    assert families >= 5
-    # A page whose series are those of the page before reads the values alone; a family whose series
-    # changed is parsed in full (the counter's two names each time: never by its values).
-    assert values_only == [0, families, families, families, families, families - 1, families, families - 1,
-                           families - 1, families, families - 1, families - 1, families - 1, families - 1,
-                           families - 1]
+    every = values_only[1]  # the same page again: every family by its values, but the counter's
+    assert every >= 5 and parsed[0] == every + 1
+    # A family whose lines were all read before (series gone, come back, moved within the family,
+    # values odd) is read by its values; one with a line never read (a new label value) is parsed,
+    # as the counter's (two names) always is; a family without samples is neither.
+    assert values_only == [0, every, every, every, every, every, every, every, every - 1, every, every, every, every,
+                           every - 1, every, every - 1, every]
+    assert parsed == [every + 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 1, 1, 2, 1]
 
 
 def test_a_line_that_is_not_head_value_is_never_read_by_its_values(pages: dict[str, bytes]) -> None:
@@ -107,6 +111,15 @@ def test_a_line_that_is_not_head_value_is_never_read_by_its_values(pages: dict[s
         with pytest.raises(PageError):
             reader.read(broken)
         assert shown(reader.read(plain))["inference_target_up"][0][1] == "1.0"  # and the next page read again
+    two = plain + b'inference_target_up{target="b"} 0\n'
+    reader.read(two)
+    # One line's head unknown (a timestamp after its value), another's value not read by `float`:
+    # as many values as known heads, yet none of them is theirs. Refused, as the full parse refuses it.
+    mixed = two.replace(b"} 1\n", b"} 1 1700000000000\n").replace(b"} 0\n", b"} 1_0\n")
+    with pytest.raises(PageError):
+        exposition_samples(mixed, {"inference_target_up"})
+    with pytest.raises(PageError):
+        reader.read(mixed)
 
 
 def test_a_family_written_twice_is_read_as_the_full_parse_reads_it(pages: dict[str, bytes]) -> None:

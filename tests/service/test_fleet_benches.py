@@ -24,7 +24,8 @@ def test_alert_eval_runs_with_two_alerts_a_target(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(sys, "argv", ["alert_eval", "--targets", "10", "--repeats", "2"])
     alert_eval.main()
     out = capsys.readouterr().out
-    assert "10 targets x 1 model(s)" in out and "20 alerts active" in out and "every TTFT moved" in out, out
+    assert "10 targets x 1 model(s)" in out and "every TTFT moved" in out and "a tenth stale" in out, out
+    assert "20 alerts active" in out, out  # a stale target's two alerts held, not resolved
 
 
 def test_target_memory_runs_and_reports_one_targets_stores(monkeypatch: pytest.MonkeyPatch,
