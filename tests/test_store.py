@@ -56,3 +56,26 @@ def test_transitions_are_stored_once_and_survive_restart(store_url: str, monkeyp
         return events
 
     assert len(asyncio.run(reopen())) == len(events)
+
+
+def test_alert_states_are_inserted_updated_and_deleted_in_bulk(store_url: str) -> None:
+    from monitor.store.alerting_state import StoredAlert, load_alert_states, save_alert_states
+    from monitor.store.session import Store
+
+    def alert(n: int, state: str = "pending", fired: float | None = None) -> StoredAlert:
+        return StoredAlert("rules.yml/g/TTFTP99High", f"fp{n:014d}", {"alertname": "TTFTP99High", "target": f"t{n}"},
+                           {"summary": f"t{n} slow"}, state, 100.0 + n, fired, None, 1.5 + n)
+
+    store = Store(store_url)
+    try:
+        save_alert_states(store.engine, [alert(n) for n in range(2000)], [])
+        # Firing now: the same rows updated (every column but the key), one gone, one new.
+        save_alert_states(store.engine, [alert(n, "firing", 400.0 + n) for n in range(1, 2000)] + [alert(5000)],
+                          [("rules.yml/g/TTFTP99High", f"fp{0:014d}")])
+        rows = {row.fingerprint: row for row in load_alert_states(store.engine)}
+        assert sorted(rows) == [f"fp{n:014d}" for n in [*range(1, 2000), 5000]]
+        assert rows[f"fp{7:014d}"] == alert(7, "firing", 407.0) and rows[f"fp{5000:014d}"] == alert(5000)
+        save_alert_states(store.engine, [], [])  # nothing to do: nothing changes
+        assert len(load_alert_states(store.engine)) == 2000
+    finally:
+        store.close()
