@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import math
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +41,7 @@ from monitor.cost.collector import CostCollector
 from monitor.cost.render import render_cost
 from monitor.exporter import ExpositionCache, Renderer, TextWriter, make_registry, render_health, render_text
 from monitor.health import CollectorHealth, HealthBook
+from monitor.heap import AfterEachJob, HeapFreezer
 from monitor.infra.collector import InfraCollector, import_pynvml
 from monitor.infra.render import render_infra
 from monitor.looplag import LoopLagProbe, render_loop_lag
@@ -121,7 +120,8 @@ class Monitor:
         self.health.listeners.append(self._on_health_change)
         self.client = client or httpx.AsyncClient(follow_redirects=True, trust_env=False,
                                                   limits=pool_limits(settings.service))
-        self.cpu = ThreadPoolExecutor(1, thread_name_prefix="infermon-cpu")  # parse, derive, render
+        self.heap = HeapFreezer()  # under `infermon serve`: each job of `cpu` ends by freezing what is alive
+        self.cpu = AfterEachJob(self.heap.tick, 1, thread_name_prefix="infermon-cpu")  # parse, derive, render
         self.spreader: Spreader | None = None
         self.service = ServiceCollector(settings.service, self.client, self.health, wall,
                                         own_clients=client is None, history=BaselineHistory(self.store.engine))
@@ -227,16 +227,16 @@ class Monitor:
         # every socket call, 5 ms each by default. 1 ms keeps /healthz answering in milliseconds.
         switch = sys.getswitchinterval()
         sys.setswitchinterval(min(switch, 0.001))
-        # A full garbage collection stops both threads for its whole walk of the heap (0.1-0.5 s at
-        # 1,000 targets): what lives for the process (modules, the app, then the targets' stores) is
-        # frozen out of those walks. The data replaced on each scrape is acyclic: freed by refcount.
-        gc.freeze()
+        # A full garbage collection stops both threads for its whole walk of the heap (0.2-0.65 s at
+        # 1,000 ten-model targets): what is alive after each job of the worker thread is frozen out of
+        # those walks (monitor/heap.py). The data replaced on each scrape is freed by refcount.
+        self.heap.start()
         self.health.watch(SCRAPES, self.spreader.interval)
         try:
             await asyncio.gather(self.spreader.run(), self._publish_loop(self.jobs[0]))
         finally:
             sys.setswitchinterval(switch)
-            gc.unfreeze()
+            self.heap.stop()
 
     async def _publish_loop(self, job: Job) -> None:
         period = min(self.settings.service.scrape_interval.seconds, self.settings.infra.interval.seconds)
@@ -256,7 +256,6 @@ class Monitor:
         if all_seen and not job.ran:
             job.ran = True  # ready once every target was tried and published
             self.collected_at.setdefault("service", before)  # rules on its series may run from this page on
-            gc.freeze()  # the targets' stores, parsers and pools, built in the first round
         await self.evaluate_alerts()  # on the page just published: fresh data, rendered once
 
     def publish(self) -> None:
@@ -298,6 +297,7 @@ class Monitor:
             "recent_events": self.events,
             "alerting": self.alerting.status() if self.alerting else {"enabled": False},
             "event_loop": self.loop_lag.status(),
+            "heap": self.heap.status(),
             "overview": overview(self),  # the numbers of the page at / and of `infermon status`
         }
 

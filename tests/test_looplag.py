@@ -65,7 +65,6 @@ def test_served_monitor_exports_the_stall_and_shows_it_in_status() -> None:
                                     "storage": {"url": "sqlite://"}, "alerting": {"enabled": False}})
     monitor = Monitor(settings)
     app = create_app(monitor)
-
     async def scenario() -> tuple[dict[str, object], str]:
         async with app.router.lifespan_context(app):
             client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://monitor")
@@ -79,6 +78,10 @@ def test_served_monitor_exports_the_stall_and_shows_it_in_status() -> None:
                 assert time.monotonic() < deadline, page[-2000:]
                 await asyncio.sleep(0.1)
                 page = (await client.get("/metrics")).text
+            # Each job of the worker thread (scrapes, publishes) froze what was alive (monitor/heap.py).
+            await _wait_for(lambda: monitor.heap.ticks >= 2)
+            heap = (await client.get("/api/v1/status")).json()["heap"]
+            assert heap["frozen_objects"] > 0 and heap["frozen_after_jobs"] >= 2
             await client.aclose()
             return status, page
 
