@@ -36,7 +36,7 @@ class HeapFreezer:
     def __init__(self, full_every: float = FULL_EVERY_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
         self.full_every = full_every
         self.clock = clock
-        self.last_full: float | None = None  # when the last full collection ran (None: not yet)
+        self.last_full = clock()  # when everything was last collected (or frozen, at `start`)
         self.full_collections = 0
         self.full_seconds = 0.0  # how long the last one held the interpreter
         self.collected = 0  # the unreachable objects it found
@@ -46,7 +46,7 @@ class HeapFreezer:
     def start(self) -> None:
         """What lives for the process (modules, the app) out of the walks, and ticks from now on."""
         self.active = True
-        self.last_full = None
+        self.last_full = self.clock()  # what was made before start was collected as it came
         gc.freeze()
 
     def stop(self) -> None:
@@ -58,9 +58,7 @@ class HeapFreezer:
             return
         self.ticks += 1
         now = self.clock()
-        if self.last_full is None:
-            self.last_full = now  # the first round's objects were collected as they came
-        elif now - self.last_full >= self.full_every:
+        if now - self.last_full >= self.full_every:
             started = time.perf_counter()
             gc.unfreeze()
             self.collected = gc.collect()

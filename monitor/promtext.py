@@ -76,6 +76,17 @@ def _shared_heads(wanted: Wanted | None) -> Heads:
     return entry[1]
 
 
+def family_names(names: Collection[str]) -> frozenset[str]:
+    """The families whose blocks may hold these sample names: each name, and each name without a
+    counter's, histogram's or summary's suffix (`x_total` is written under `# TYPE x counter`)."""
+    families = set(names)
+    for name in names:
+        for suffix in _FAMILY_SUFFIXES:
+            if name.endswith(suffix):
+                families.add(name.removesuffix(suffix))
+    return frozenset(families)
+
+
 class Parser:
     """A parser with a cache of line heads; keep one per target so the cache stays warm.
 
@@ -132,12 +143,7 @@ class Parser:
         cached = self._wanted_cache.get(id(wanted))
         if cached is None or cached[0] is not wanted:
             aliases = dict(wanted) if isinstance(wanted, Mapping) else {name: name for name in wanted}
-            families = set(aliases)
-            for name in aliases:
-                for suffix in _FAMILY_SUFFIXES:
-                    if name.endswith(suffix):
-                        families.add(name.removesuffix(suffix))
-            cached = (wanted, aliases, frozenset(families))
+            cached = (wanted, aliases, family_names(aliases))
             self._wanted_cache[id(wanted)] = cached
         return cached
 

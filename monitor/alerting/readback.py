@@ -24,9 +24,8 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from monitor.alerting.expr import Matcher, Sample, Series
-from monitor.promtext import Labels, Parser
+from monitor.promtext import Labels, Parser, family_names
 
-_SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created", "_info", "_gcount", "_gsum")
 _TYPE = b"\n# TYPE "
 # A line's last blank-separated field (its value, on a line that is `head value`), and the same
 # field when it can be a value read by `float` as the parser reads it (no '_', no blank).
@@ -91,7 +90,7 @@ class PageReader:
 
     def __init__(self, names: Collection[str], limit: int = 500_000) -> None:
         self.names = names
-        self.families = frozenset({*names, *(name.removesuffix(s) for name in names for s in _SUFFIXES)})
+        self.families = family_names(names)
         self.kept = KeptLabels()
         self.limit = limit  # series label dicts kept; past it, forgotten and built again
         self.layouts: dict[str, _Layout] = {}
@@ -131,17 +130,11 @@ class PageReader:
             # Series come or gone (a target stale, or back): their lines were read before, each
             # head is looked up, none parsed (a family of 60,000 lines parsed again took ~0.2 s).
             layout = self._known(heads)
-        if layout is not None:
-            tails = _VALUE.findall(run)
-            if len(tails) == len(layout.keys):
-                try:
-                    values = list(map(float, tails))
-                except ValueError:
-                    pass  # not a number as `float` reads it: the full parse says what it is
-                else:
-                    self.values_only += 1
-                    self._file(family, layout, values, out)
-                    return
+        values = None if layout is None else _values(run, len(layout.keys))
+        if layout is not None and values is not None:
+            self.values_only += 1
+            self._file(family, layout, values, out)
+            return
         self.parsed += 1
         self.layouts.pop(family, None)
         page = self._parser.parse((type_line + run).decode(), wanted=self.names)
@@ -171,6 +164,18 @@ class PageReader:
         if len(set(keys)) != len(keys):
             return None  # a series twice: the parse counts its duplicates
         return _Layout(heads, names.pop(), keys)
+
+
+def _values(run: bytes, count: int) -> list[float] | None:
+    """The `count` values of a family's lines, read as the parser reads them; None when a line's
+    value is not one (the full parse then says what it is)."""
+    tails = _VALUE.findall(run)
+    if len(tails) != count:
+        return None
+    try:
+        return list(map(float, tails))
+    except ValueError:
+        return None
 
 
 def _type_lines(body: bytes) -> Iterator[int]:
