@@ -65,6 +65,7 @@ def test_served_monitor_exports_the_stall_and_shows_it_in_status() -> None:
                                     "storage": {"url": "sqlite://"}, "alerting": {"enabled": False}})
     monitor = Monitor(settings)
     app = create_app(monitor)
+
     async def scenario() -> tuple[dict[str, object], str]:
         async with app.router.lifespan_context(app):
             client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://monitor")
