@@ -196,6 +196,9 @@ class ServiceSettings(_Section):
     shard: ShardSettings | None = Field(
         None, description="Keep only this shard's targets, static and file_sd (hashmod on the target name)"
     )
+    parse_workers: int = Field(
+        0, ge=0, le=64, description="Processes that parse the pages and derive the targets under `infermon serve` "
+        "(each target in one of them); 0: one thread of the monitor's own process")
 
     @field_validator("windows")
     @classmethod

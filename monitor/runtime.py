@@ -51,6 +51,7 @@ from monitor.scrape import pool_limits
 from monitor.service.collector import ServiceCollector
 from monitor.service.render import ServiceText, render_objectives, render_service
 from monitor.service.schedule import SCRAPES, Spreader, render_schedule
+from monitor.service.workers import ParseWorkers
 from monitor.store.baseline import BaselineHistory
 from monitor.store.quality import QualityStore
 from monitor.store.session import Store
@@ -123,8 +124,10 @@ class Monitor:
         self.heap = HeapFreezer()  # under `infermon serve`: each job of `cpu` ends by freezing what is alive
         self.cpu = AfterEachJob(self.heap.tick, 1, thread_name_prefix="infermon-cpu")  # parse, derive, render
         self.spreader: Spreader | None = None
+        workers = settings.service.parse_workers
         self.service = ServiceCollector(settings.service, self.client, self.health, wall,
-                                        own_clients=client is None, history=BaselineHistory(self.store.engine))
+                                        own_clients=client is None, history=BaselineHistory(self.store.engine),
+                                        workers=ParseWorkers(settings.service, workers) if workers else None)
         self.jobs = [Job("service", settings.service.scrape_interval.seconds, self.service.collect,
                          loop=self.run_service)]
         # infra: local GPUs (NVML, or the trace in infra.replay.file) and dcgm-exporter targets
@@ -282,6 +285,7 @@ class Monitor:
                     "file_sd": self.service.discovery.status() if self.service.discovery else None,
                     "schedule": self.spreader.status() if self.spreader else None,
                     "shard": shard.model_dump() if (shard := self.service.settings.shard) else None,
+                    "parse_workers": workers.status() if (workers := self.service.workers) else None,
                 },
                 "infra": self.infra.status(),
                 "quality": self.quality.status(),
@@ -407,6 +411,8 @@ class Monitor:
         await self.client.aclose()
         await self.service.aclose()
         self.cpu.shutdown(wait=False, cancel_futures=True)
+        if self.service.workers is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.service.workers.shutdown)
 
 
 # The layer each job collects; cost derives from service and infra, so its first collection

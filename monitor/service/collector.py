@@ -21,6 +21,7 @@ waiting, neither up nor down.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import ssl
 import time
@@ -28,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -57,10 +59,19 @@ from monitor.service.series import SeriesStore
 from monitor.service.shard import owned
 from monitor.store.baseline import BaselineHistory, Point
 
+if TYPE_CHECKING:
+    from monitor.service.workers import ParseWorkers
+
 log = logging.getLogger("monitor.service")
 COLLECTOR = "service"
 DISCOVERY = "file_sd"
 STALE_INTERVALS = 2  # a target not scraped successfully for this many intervals has no derived series
+_EPOCHS = itertools.count()
+
+
+class MonitorFault(RuntimeError):
+    """The monitor, not the target, failed to read a page it fetched (a parse worker died): the
+    target keeps its state, and the collector's health says so."""
 
 
 @dataclass
@@ -93,6 +104,9 @@ class TargetState:
     derived: Derived | None = None
     cpu_wait: float = 0.0  # seconds the last scrape's parse waited for the worker thread
     pool: TargetConnection | None = None  # the target's own connection (own_clients)
+    models: frozenset[str] = frozenset()  # the models of the last snapshot
+    epoch: int = field(default_factory=lambda: next(_EPOCHS))  # this state, among the target's states
+    sent_to: int = -1  # the parse worker (`service.parse_workers`) generation its baseline points went to
 
 
 @dataclass
@@ -135,6 +149,7 @@ class ServiceCollector:
         wall: Callable[[], float] = time.time,
         own_clients: bool = False,
         history: BaselineHistory | None = None,
+        workers: ParseWorkers | None = None,
     ) -> None:
         self.settings = settings
         # The baselines' series at a coarse cadence, so that a restart does not blind them.
@@ -149,6 +164,8 @@ class ServiceCollector:
         self._closing: set[asyncio.Task[None]] = set()
         self.health = health
         self.wall = wall
+        self.persist = history is not None  # queue baseline points (a parse worker's are sent back)
+        self.workers = workers  # `service.parse_workers`: processes that keep the series, parse and derive
         self.windows = [Window(w.text, w.seconds) for w in settings.windows]
         self.objectives = Objectives(settings.slo.ttft.seconds, settings.slo.tpot.seconds)
         self.targets: dict[str, TargetState] = {}
@@ -193,6 +210,8 @@ class ServiceCollector:
             if name not in desired or desired[name] != self.targets[name].target:
                 self._retire(self.targets.pop(name))
                 self.health.forget(COLLECTOR, name)
+                if self.workers is not None:
+                    self.workers.forget(name)
         for name, target in desired.items():
             if name not in self.targets:
                 self.targets[name] = self._new_state(target)
@@ -215,20 +234,19 @@ class ServiceCollector:
         return max(w.seconds for w in self.windows) + 2 * self.settings.baseline_window.seconds
 
     def _reload_baseline(self, state: TargetState) -> None:
-        """The target's stored baseline points (a restart, a target back in file_sd)."""
-        if self.history is None:
+        """The target's stored baseline points (a restart, a target back in file_sd). With parse
+        workers they go with the target's next page, to the process that keeps its series."""
+        if self.history is None or self.workers is not None:
             return
-        points = self.history.load(state.target.name, self.wall() - self._baseline_retention())
-        for point in points:
-            spec = find_engine(point.engine, point.generation)
-            if spec is None or (state.engine is not None and spec is not state.engine):
-                state.baseline.clear()  # another engine's names: only the newest engine's points count
-            state.engine = spec
-            if spec is not None:
-                state.baseline.append(point.snapshot)
-                state.persisted_at = point.snapshot.ts
+        points = self.stored_points(state.target.name)
+        apply_points(state, points)
         if points:
             log.info("target %s: %d baseline points reloaded from the store", state.target.name, len(points))
+
+    def stored_points(self, name: str) -> list[Point]:
+        if self.history is None:
+            return []
+        return self.history.load(name, self.wall() - self._baseline_retention())
 
     def flush_baselines(self) -> None:
         """Write the queued baseline points and prune the ones the baselines no longer need."""
@@ -281,14 +299,20 @@ class ServiceCollector:
                     fetched = await fetch_page(self.client, state.target.url, timeout, limit)
                 if cpu is None:
                     self._ingest(state, fetched.text, fetched.openmetrics, started)
+                elif self.workers is not None:
+                    await self._ingest_elsewhere(self.workers, state, fetched.text, fetched.openmetrics, started)
                 else:
-                    queued = time.perf_counter()
+                    queued = time.monotonic()
                     await asyncio.get_running_loop().run_in_executor(
                         cpu, self._ingest_and_derive, state, fetched.text, fetched.openmetrics, started, queued)
                 state.page_bytes = fetched.size
+                if state.duplicates:
+                    log.warning("target %s: %d duplicate series on the page (first one kept)", name, state.duplicates)
             except (ScrapeError, PageError) as exc:
                 state.up, state.error, state.unrecognized = False, str(exc), None
                 raise
+            except MonitorFault:
+                raise  # no verdict on the target: its page was fetched, the monitor could not read it
             except Exception as exc:  # a bug on some page: down with the reason, never stale "up"
                 state.up, state.error, state.unrecognized = False, f"{type(exc).__name__}: {exc}", None
                 raise
@@ -300,8 +324,29 @@ class ServiceCollector:
                          state.engine.generation if state.engine else "?")
             state.up, state.error, state.last_ok = True, state.unrecognized, started
 
+    async def _ingest_elsewhere(
+        self, workers: ParseWorkers, state: TargetState, text: str, openmetrics: bool, ts: float
+    ) -> None:
+        """`_ingest_and_derive` in the parse worker that keeps this target's series; what the
+        view and the status read comes back (`Ingested`)."""
+        reload = None
+        if state.sent_to != workers.generation(state.target.name):
+            reload = self.stored_points(state.target.name)  # a new state, or a new worker process
+        try:
+            done = await workers.ingest(state, reload, text, openmetrics, ts)
+        except BaseException:
+            state.derived = None  # as `_ingest_and_derive` leaves it when the page fails
+            raise
+        finally:
+            # The points went with the page unless the worker died under it (then its generation moved on).
+            state.sent_to = workers.generation(state.target.name) if reload is not None else state.sent_to
+        done.apply(state)
+        if reload:
+            log.info("target %s: %d baseline points reloaded from the store", state.target.name, len(reload))
+        self._pending.extend(done.points)
+
     def _ingest_and_derive(self, state: TargetState, text: str, openmetrics: bool, ts: float, queued: float) -> None:
-        state.cpu_wait = time.perf_counter() - queued
+        state.cpu_wait = time.monotonic() - queued
         state.derived = None
         self._ingest(state, text, openmetrics, ts)
         if state.latest is not None:
@@ -316,7 +361,7 @@ class ServiceCollector:
         spec = detect(text, prefix, state.target.engine)
         if spec is None:
             state.unrecognized = unrecognized_reason(text, state.parser, prefix, state.target.engine)
-            state.latest, state.engine = None, None
+            state.latest, state.engine, state.models = None, None, frozenset()
             state.store.clear()
             state.baseline.clear()
             return
@@ -330,13 +375,11 @@ class ServiceCollector:
         default_model = state.target.model or "unknown"
         snap = extract(page, spec, ts, default_model, state.memo)
         state.duplicates, state.non_finite = page.duplicates, snap.non_finite
-        if page.duplicates:
-            log.warning("target %s: %d duplicate series on the page (first one kept)", state.target.name,
-                        page.duplicates)
         self._remember(state, snap)
 
     def _remember(self, state: TargetState, snap: Snapshot) -> None:
         state.latest = snap
+        state.models = frozenset(snap.models())
         state.store.append(snap)
         counters = {metric: snap.counters[metric] for metric in BASELINE_COUNTERS if metric in snap.counters}
         counters.setdefault("generation_tokens", {})
@@ -344,7 +387,7 @@ class ServiceCollector:
         point = Snapshot(ts=snap.ts, counters=counters, buckets=lengths)
         state.baseline.append(point)
         cadence = max(self.settings.scrape_interval.seconds, self.settings.baseline_window.seconds / 60)
-        if self.history is not None and state.engine is not None and (
+        if self.persist and state.engine is not None and (
                 state.persisted_at is None or snap.ts - state.persisted_at >= cadence):
             self._pending.append(Point(state.target.name, state.engine.engine, state.engine.generation, point))
             state.persisted_at = snap.ts
@@ -457,10 +500,22 @@ class ServiceCollector:
                 "page_bytes": state.page_bytes,
                 "duplicate_series": state.duplicates,
                 "non_finite_samples": state.non_finite,
-                "models": sorted(state.latest.models()) if state.latest and state.up else [],
+                "models": sorted(state.models) if state.latest and state.up else [],
                 "baseline": self._baselines(state),
             })
         return rows
+
+
+def apply_points(state: TargetState, points: Sequence[Point]) -> None:
+    """Stored baseline points into the target's baseline store, oldest first."""
+    for point in points:
+        spec = find_engine(point.engine, point.generation)
+        if spec is None or (state.engine is not None and spec is not state.engine):
+            state.baseline.clear()  # another engine's names: only the newest engine's points count
+        state.engine = spec
+        if spec is not None:
+            state.baseline.append(point.snapshot)
+            state.persisted_at = point.snapshot.ts
 
 
 def target_state(up: bool, stale: bool, error: str | None, unrecognized: str | None) -> str:

@@ -1,0 +1,210 @@
+"""Parse workers (`service.parse_workers`): pages parsed and targets derived in processes of their
+own give what the monitor's worker thread gives, number for number; a broken page is still the
+target's fault, a parse worker that dies is the monitor's, and its targets come back in a new
+process with their stored baselines; `infermon serve` ends the processes it started."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench.pagefarm import PageFarm
+from bench.pages import fleet_page
+from monitor.config import ConfigError, ServiceSettings, load_settings
+from monitor.exporter import make_registry, render_text
+from monitor.health import HealthBook
+from monitor.runtime import Monitor
+from monitor.service.collector import COLLECTOR, ServiceCollector
+from monitor.service.render import render_service
+from monitor.service.workers import ParseWorkers
+from monitor.store.baseline import BaselineHistory
+from monitor.store.session import Store
+from tests.appserver import serve_app
+from tests.conftest import FIXTURES
+from tests.service.pagegen import grow
+from tests.service.test_schedule import wait_for
+
+START = 1_767_300_000.0
+REAL = FIXTURES / "real_engines"
+PAGES = {  # host -> the page it grows from: real engines' pages, and one engine serving three models
+    "vllm": (FIXTURES / "sample_vllm_v1.prom").read_text(),
+    "vllm033": (REAL / "vllm-0.33.0_t60.prom").read_text(),
+    "sglang": (REAL / "sglang-0.5.23_t60.prom").read_text(),
+    "llamacpp": (REAL / "llama.cpp-server_metrics.prom").read_text(),
+    "three": fleet_page(engines=1, models=3),
+}
+
+
+def service_settings(**service: object) -> ServiceSettings:
+    return load_settings(None, {"infra": {"nvml": {"enabled": "false"}}, "service": {
+        "windows": ["30s", "1m"], "baseline_window": "2m", "baseline_min_coverage": 0.5, **service,
+        "targets": [{"name": host, "url": f"http://{host}/metrics"} for host in PAGES]}}).service
+
+
+def growing_transport(broken: set[str]) -> httpx.MockTransport:
+    hits: dict[str, int] = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        hits[host] = hits.get(host, 0) + 1
+        page = grow(PAGES[host], 1 + 0.1 * hits[host] * (1 + len(host) % 3))
+        return httpx.Response(200, text=page[:-1] if host in broken else page)  # cut: no final line feed
+
+    return httpx.MockTransport(handler)
+
+
+async def scrape_all(collector: ServiceCollector, cpu: ThreadPoolExecutor) -> None:
+    for state in collector.targets.values():
+        await collector.scrape(state, cpu)
+
+
+def test_worker_processes_derive_what_the_worker_thread_derives() -> None:
+    clock = [START]
+    service = service_settings()
+    workers = ParseWorkers(service, 2)
+
+    async def run() -> tuple[list[ServiceCollector], list[str]]:
+        broken: set[str] = set()
+        async with httpx.AsyncClient(transport=growing_transport(broken)) as one, \
+                httpx.AsyncClient(transport=growing_transport(broken)) as other:
+            thread = ServiceCollector(service, one, HealthBook(), wall=lambda: clock[0])
+            processes = ServiceCollector(service, other, HealthBook(), wall=lambda: clock[0], workers=workers)
+            both = [thread, processes]
+            for collector in both:
+                collector.persist = True  # baseline points queued for the store, as under serve
+            with ThreadPoolExecutor(1) as cpu:
+                for step in range(12):
+                    broken.clear()
+                    if step == 6:
+                        broken.add("sglang")  # a page cut short: down in both, for the same reason
+                    for collector in both:
+                        await scrape_all(collector, cpu)
+                    clock[0] += 15.0
+            clock[0] -= 15.0
+            texts = [render_text(make_registry([lambda c=c: render_service(c.assemble(clock[0]))])).decode()
+                     for c in both]
+            return both, texts
+
+    try:
+        (thread, processes), (thread_text, process_text) = asyncio.run(run())
+        assert len(workers.pids()) == 2  # each target in one of two processes
+    finally:
+        workers.shutdown()
+    assert not workers.pids()
+    assert 'inference_ttft_seconds{model="meta-llama/Llama-3.1-8B-Instruct",quantile="0.99",window="1m"}' in thread_text
+    assert 'target="sglang"' in thread_text and 'target="llamacpp"' in thread_text
+    assert process_text == thread_text  # every number, gauge, ratio and baseline
+    rows = {row["name"]: row for row in processes.status()}
+    for row in thread.status():
+        for key in ("up", "state", "engine", "generation", "models", "baseline", "duplicate_series",
+                    "non_finite_samples", "error"):
+            assert rows[row["name"]][key] == row[key], (row["name"], key)
+    assert rows["three"]["models"] == sorted(thread.targets["three"].models) and len(rows["three"]["models"]) == 3
+    assert list(processes._pending) == list(thread._pending) and thread._pending  # the same points to store
+    for name, state in thread.targets.items():  # the gauges the view reads came back whole
+        other = processes.targets[name]
+        assert other.latest is not None and state.latest is not None
+        assert (other.latest.ts, other.latest.gauges, other.latest.labelled) == \
+            (state.latest.ts, state.latest.gauges, state.latest.labelled)
+        assert other.derived == state.derived
+
+
+def test_a_broken_page_is_the_targets_fault_and_a_dead_worker_the_monitors(tmp_path: Path) -> None:
+    clock = [START]
+    service = service_settings()
+    workers = ParseWorkers(service, 1)
+    store = Store(f"sqlite:///{tmp_path / 'infermon.db'}")
+    health = HealthBook()
+
+    async def run() -> None:
+        broken: set[str] = set()
+        async with httpx.AsyncClient(transport=growing_transport(broken)) as client:
+            collector = ServiceCollector(service, client, health, wall=lambda: clock[0],
+                                         history=BaselineHistory(store.engine), workers=workers)
+            vllm = collector.targets["vllm"]
+            with ThreadPoolExecutor(1) as cpu:
+                for _ in range(8):
+                    await scrape_all(collector, cpu)
+                    clock[0] += 15.0
+                collector.flush_baselines()  # what the monitor stores every minute
+                before = vllm.derived
+                assert before is not None and before.stats[("meta-llama/Llama-3.1-8B-Instruct", "1m")].baseline_coverage
+
+                broken.add("vllm")
+                await collector.scrape(vllm, cpu)
+                assert not vllm.up and vllm.error is not None and "line feed" in vllm.error  # the target's fault
+                broken.clear()
+                await collector.scrape(vllm, cpu)
+                assert vllm.up and vllm.error is None
+
+                (pid,) = workers.pids()
+                os.kill(pid, signal.SIGKILL)  # the worker this test's collector started
+                wait_for(lambda: pid not in workers.pids(), 10)
+                await collector.scrape(vllm, cpu)
+                entry = health.get(COLLECTOR, "vllm")
+                assert entry.success is False and entry.error is not None and "parse worker 0 ended" in entry.error
+                assert vllm.up and vllm.error is None  # no verdict on the engine: the monitor failed
+                assert workers.status()["restarts"] == 1
+
+                clock[0] += 15.0
+                for _ in range(2):  # a new process: the target's windows start afresh, its baseline reloaded
+                    await scrape_all(collector, cpu)
+                    clock[0] += 15.0
+                assert health.get(COLLECTOR, "vllm").success is True
+                assert all(state.up for state in collector.targets.values())
+                (new_pid,) = workers.pids()
+                assert new_pid != pid
+                after = vllm.derived
+                assert after is not None
+                stats = after.stats[("meta-llama/Llama-3.1-8B-Instruct", "1m")]
+                assert stats.requests_per_second is not None
+                assert stats.baseline_coverage is not None and stats.baseline_coverage >= 0.5  # not from zero
+                await collector.aclose()
+
+    try:
+        asyncio.run(run())
+    finally:
+        workers.shutdown()
+        store.close()
+
+
+def test_serve_parses_in_its_workers_and_ends_them() -> None:
+    page = (FIXTURES / "sample_vllm_v1.prom").read_bytes()
+    with PageFarm([page], processes=1) as farm:
+        settings = load_settings(None, {"infra": {"nvml": {"enabled": "false"}}, "service": {
+            "windows": ["30s", "1m"], "scrape_interval": "5s", "parse_workers": 2,
+            "targets": [{"name": f"t{i}", "url": url} for i, url in enumerate(farm.urls(6))]}})
+        monitor = Monitor(settings)
+        with serve_app(monitor) as base, httpx.Client(base_url=base, timeout=30, trust_env=False) as client:
+            def service() -> dict[str, object]:
+                layers: dict[str, dict[str, object]] = client.get("/api/v1/status").json()["layers"]
+                return layers["service"]
+
+            wait_for(lambda: all(t["up"] for t in service()["targets"]), 60)  # type: ignore[attr-defined]
+            workers = service()["parse_workers"]
+            assert isinstance(workers, dict) and workers["processes"] == 2 and workers["restarts"] == 0
+            assert sum(workers["targets"]) == 6
+            pids = workers["pids"]
+            assert pids and all(pid != os.getpid() for pid in pids)
+
+            def derived() -> bool:  # the rates of a target need its second scrape, then a publish
+                lines = client.get("/metrics").text.splitlines()
+                return 'inference_target_up{target="t0"} 1.0' in lines and any(
+                    line.startswith("inference_requests_per_second{") and 'target="t0"' in line for line in lines)
+
+            wait_for(derived, 60)
+        assert not monitor.service.workers or not monitor.service.workers.pids()
+        for pid in pids:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)  # ended, and reaped
+
+
+def test_parse_workers_is_checked_at_start() -> None:
+    with pytest.raises(ConfigError, match="parse_workers"):
+        load_settings(None, {"service": {"parse_workers": -1}})
