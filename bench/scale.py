@@ -94,12 +94,12 @@ class Probe:
         return f"{statistics.median(ordered) * 1000:.1f} / {p99 * 1000:.1f} ms (n={len(ordered)}{failed})"
 
 
-def monitor_config(urls: list[str], interval: int, port: int, workdir: Path) -> Path:
+def monitor_config(urls: list[str], interval: int, port: int, workdir: Path, parse_workers: int = 0) -> Path:
     config = {
         "server": {"host": "127.0.0.1", "port": port, "log_level": "warning"},
         "storage": {"url": f"sqlite:///{workdir / 'infermon.db'}"},
         "infra": {"interval": "5s", "replay": {"file": str(TRACE)}},
-        "service": {"scrape_interval": f"{interval}s",
+        "service": {"scrape_interval": f"{interval}s", "parse_workers": parse_workers,
                     "targets": [{"name": f"t{i}", "url": url} for i, url in enumerate(urls)]},
     }
     path = workdir / "infermon.yml"
@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with PageFarm(variants, processes=args.processes, step_seconds=step) as farm:
         urls = farm.urls(args.targets)
         port = free_port()
-        config = monitor_config(urls, args.interval, port, workdir)
+        config = monitor_config(urls, args.interval, port, workdir, args.parse_workers)
         beside = contextlib.nullcontext() if args.alone else RulesPrometheus(urls, f"{args.interval}s")
         with beside as prom:
             monitor = start_monitor(config, port, workdir)
@@ -177,9 +177,14 @@ def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer | N
         probes[("prometheus", "/healthz")] = Probe(f"{prom.url}/-/healthy", 0.5)
         probes[("prometheus", "/metrics")] = Probe(f"{prom.url}/metrics", 1.0)
     time.sleep(args.warmup)
+    # The monitor's parse workers (`--parse-workers`) count as the monitor: its CPU and RSS are theirs too.
+    workers = httpx.get(f"{url}/api/v1/status", timeout=30).json()["layers"]["service"]["parse_workers"]
+    group = {"infermon": [monitor.pid, *(workers["pids"] if workers else [])]}
+    if prom is not None:
+        group["prometheus"] = [pids["prometheus"]]
     stop = threading.Event()
     threads = [threading.Thread(target=p.run, args=(stop,), daemon=True) for p in probes.values()]
-    cpu0 = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
+    cpu0 = {pid: process_cpu_seconds(pid) for each in group.values() for pid in each}
     farm0, runs0, started = farm.cpu_seconds(), infra_runs(url), time.monotonic()
     for thread in threads:
         thread.start()
@@ -189,8 +194,10 @@ def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer | N
         thread.join(timeout=15)
     elapsed = time.monotonic() - started
     infra_ticks = infra_runs(url) - runs0
-    cpu = {name: (process_cpu_seconds(pid) - cpu0[name]) / elapsed for name, pid in pids.items()}
-    rss = {name: process_rss_bytes(pid) for name, pid in pids.items()}
+    each_cpu = {pid: (process_cpu_seconds(pid) - cpu0[pid]) / elapsed for pid in cpu0}
+    each_rss = {pid: process_rss_bytes(pid) for pid in cpu0}
+    cpu = {name: sum(each_cpu[pid] for pid in members) for name, members in group.items()}
+    rss = {name: sum(each_rss[pid] for pid in members) for name, members in group.items()}
     status = httpx.get(f"{url}/api/v1/status", timeout=30).json()
     metrics = httpx.get(f"{url}/metrics", timeout=30).text
     rows = status["layers"]["service"]["targets"]
@@ -204,6 +211,7 @@ def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer | N
         "up": {"infermon": monitor_up(metrics)},
         "cpu": cpu,
         "rss": rss,
+        "infermon_processes": [(each_cpu[pid], each_rss[pid]) for pid in group["infermon"]],  # the monitor first
         "farm_cpu": (farm.cpu_seconds() - farm0) / elapsed,
         "scrape_ms": {"infermon": statistics.median(durations) * 1000 if durations else None},
         "series": {"infermon": sum(1 for line in metrics.splitlines()
@@ -243,6 +251,9 @@ def report(result: dict[str, Any]) -> str:
         row("median scrape ms", f"{scrape['infermon'] or 0:.1f}", f"{scrape.get('prometheus', 0):.1f}"),
         row("requests/s series", str(result["series"]["infermon"]), str(result["series"].get("prometheus"))),
     ]
+    if len(result["infermon_processes"]) > 1:
+        lines.append("  of which the monitor's process and each parse worker: " + ", ".join(
+            f"{share:.0%} {size / mib:.0f} MiB" for share, size in result["infermon_processes"]))
     for path in ("/healthz", "/metrics"):
         lines.append(row(f"{path} p50 / p99", result["latency"][("infermon", path)],
                          result["latency"].get(("prometheus", path), "")))
@@ -272,6 +283,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=240, help="total run, warm-up included")
     parser.add_argument("--warmup", type=float, default=90, help="5m windows need not be full; 1m ones do")
     parser.add_argument("--processes", type=int, default=2, help="page farm processes")
+    parser.add_argument("--parse-workers", type=int, default=0,
+                        help="the monitor's service.parse_workers (0: its own worker thread)")
     parser.add_argument("--alone", action="store_true",
                         help="no Prometheus beside it: where one monitor stops keeping up on this machine "
                              "(side by side on 2 cores, each takes the other's CPU)")
