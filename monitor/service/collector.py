@@ -67,6 +67,8 @@ COLLECTOR = "service"
 DISCOVERY = "file_sd"
 STALE_INTERVALS = 2  # a target not scraped successfully for this many intervals has no derived series
 _EPOCHS = itertools.count()
+TargetLines = tuple[tuple[object, ...], dict[str, str]]
+"""A target's lines of /metrics, family name -> lines, and the key of the view they were rendered for."""
 
 
 class MonitorFault(RuntimeError):
@@ -81,6 +83,9 @@ class Derived:
     at: float
     stats: dict[tuple[str, str], WindowStats]  # (model, window)
     rates: dict[str, dict[str, Rates]]  # window -> model -> rates, for the fleet sums
+    # The target's lines of /metrics, family by family, as a parse worker rendered them for the
+    # view of the target (its `ServiceText` key) while it is up and fresh: not rendered again.
+    texts: TargetLines | None = None
 
 
 @dataclass
@@ -124,6 +129,23 @@ class TargetView:
     labelled: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # ... -> rank/reason -> value
     lora: LoraState | None = None
     stats: dict[tuple[str, str], WindowStats] = field(default_factory=dict)  # (model, window)
+    texts: TargetLines | None = None  # `Derived.texts`
+
+
+def target_view(name: str, state: TargetState, up: bool, stale: bool) -> TargetView:
+    """The view of one target as its state says, without its numbers (`assemble` adds them)."""
+    engine = state.engine
+    return TargetView(
+        name=name,
+        up=up and not stale,
+        engine=engine.engine if engine else None,
+        generation=engine.generation if engine else None,
+        stale=stale,
+        note=engine.note() if engine else "",
+        waiting=not up and state.error is None,
+        recognized=state.unrecognized is None,
+        detail=state.error,
+    )
 
 
 @dataclass
@@ -430,26 +452,16 @@ class ServiceCollector:
         # (model, window) -> the stats of every target serving it, to skip a fleet sum of one.
         served: dict[tuple[str, str], list[WindowStats]] = {}
         for name, state in list(self.targets.items()):
-            engine, latest, derived = state.engine, state.latest, state.derived
+            latest, derived = state.latest, state.derived
             stale = state.up and self.is_stale(state, now)
-            target_view = TargetView(
-                name=name,
-                up=state.up and not stale,
-                engine=engine.engine if engine else None,
-                generation=engine.generation if engine else None,
-                stale=stale,
-                note=engine.note() if engine else "",
-                waiting=not state.up and state.error is None,
-                recognized=state.unrecognized is None,
-                detail=state.error,
-            )
-            view.targets[name] = target_view
-            if not target_view.up or latest is None or derived is None:
+            view.targets[name] = shown = target_view(name, state, state.up, stale)
+            if not shown.up or latest is None or derived is None:
                 continue  # a down or stale target's series disappear
-            target_view.gauges = latest.gauges
-            target_view.labelled = latest.labelled
-            target_view.lora = latest.lora
-            target_view.stats = derived.stats
+            shown.gauges = latest.gauges
+            shown.labelled = latest.labelled
+            shown.lora = latest.lora
+            shown.stats = derived.stats
+            shown.texts = derived.texts
             for window in self.windows:
                 per_window[window.label].append(derived.rates.get(window.label, {}))
             for key, stats in derived.stats.items():

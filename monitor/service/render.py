@@ -11,7 +11,7 @@ from prometheus_client.core import Metric
 
 from monitor.catalog import family
 from monitor.exporter import TextWriter, header
-from monitor.service.collector import ServiceView, TargetView
+from monitor.service.collector import ServiceView, TargetLines, TargetView
 from monitor.service.derive import WindowStats, rank_imbalance
 
 # Our metric -> WindowStats attribute, for the plain per-window gauges.
@@ -224,12 +224,15 @@ class ServiceText:
             self._headers = {fam.name: header(fam) for fam in render_service(_alone(view, {}, {}))}
         kept: dict[str, _Lines] = {}
         for name, target in view.targets.items():
-            key = (target.up, target.stale, target.waiting, target.recognized, target.engine, target.generation)
+            key = text_key(target)
             sources = (target.gauges, target.labelled, target.lora, target.stats)
             lines = self._targets.get(name)
             if lines is None or lines.key != key or not all(
                     a is b or (not a and not b) for a, b in zip(lines.sources, sources, strict=True)):
-                lines = _Lines(key, sources, self._texts(_alone(view, {name: target}, {}), writer))
+                rendered = target.texts  # a parse worker's, for the view it had then
+                if rendered is None or rendered[0] != key:
+                    rendered = key, self._texts(_alone(view, {name: target}, {}), writer)
+                lines = _Lines(key, sources, rendered[1])
             kept[name] = lines
         self._targets = kept
         fleet = self._texts(_alone(view, {}, view.fleet), writer)
@@ -255,6 +258,16 @@ class ServiceText:
                 # (it yields every one today): it goes last, its lines kept.
                 self._headers.setdefault(fam.name, _named(fam.name)[1])
         return texts
+
+
+def text_key(target: TargetView) -> tuple[object, ...]:
+    """What a target's lines depend on besides its numbers."""
+    return (target.up, target.stale, target.waiting, target.recognized, target.engine, target.generation)
+
+
+def target_texts(view: ServiceView, target: TargetView, writer: TextWriter) -> TargetLines:
+    """One target's lines, family by family, as `ServiceText` keeps them (a parse worker's render)."""
+    return text_key(target), ServiceText()._texts(_alone(view, {target.name: target}, {}), writer)
 
 
 class _TextFamily:

@@ -37,11 +37,20 @@ from typing import Any
 import httpx
 
 from monitor.config import ServiceSettings, Target
+from monitor.exporter import TextWriter
 from monitor.health import HealthBook
 from monitor.heap import HeapFreezer
-from monitor.service.collector import Derived, MonitorFault, ServiceCollector, TargetState, apply_points
+from monitor.service.collector import (
+    Derived,
+    MonitorFault,
+    ServiceCollector,
+    TargetState,
+    apply_points,
+    target_view,
+)
 from monitor.service.engines import find_engine
 from monitor.service.extract import Snapshot
+from monitor.service.render import target_texts
 from monitor.store.baseline import Point
 
 log = logging.getLogger("monitor.service.workers")
@@ -171,6 +180,7 @@ class ParseWorkers:
 _COLLECTOR: ServiceCollector | None = None
 _STATES: dict[str, TargetState] = {}
 _FREEZER = HeapFreezer()
+_WRITER = TextWriter()
 
 
 def _start(settings: ServiceSettings, index: int) -> None:
@@ -195,6 +205,12 @@ def _ingest(name: str, epoch: int, target: Target, reload: list[Point] | None, t
         if reload:
             apply_points(state, reload)
         collector._ingest_and_derive(state, text, openmetrics, ts, queued)
+        latest, derived = state.latest, state.derived
+        if latest is not None and derived is not None:  # its lines of /metrics while it is up and fresh
+            shown = target_view(name, state, up=True, stale=False)
+            shown.gauges, shown.labelled, shown.lora, shown.stats = latest.gauges, latest.labelled, latest.lora, \
+                derived.stats
+            derived.texts = target_texts(collector.view, shown, _WRITER)
         points = list(collector._pending)
         collector._pending.clear()
         return Ingested.of(state, points)

@@ -9,6 +9,7 @@ import asyncio
 import os
 import signal
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -17,11 +18,11 @@ import pytest
 from bench.pagefarm import PageFarm
 from bench.pages import fleet_page
 from monitor.config import ConfigError, ServiceSettings, load_settings
-from monitor.exporter import make_registry, render_text
+from monitor.exporter import TextWriter, make_registry, render_text
 from monitor.health import HealthBook
 from monitor.runtime import Monitor
-from monitor.service.collector import COLLECTOR, ServiceCollector
-from monitor.service.render import render_service
+from monitor.service.collector import COLLECTOR, ServiceCollector, ServiceView
+from monitor.service.render import ServiceText, render_service
 from monitor.service.workers import ParseWorkers
 from monitor.store.baseline import BaselineHistory
 from monitor.store.session import Store
@@ -112,7 +113,29 @@ def test_worker_processes_derive_what_the_worker_thread_derives() -> None:
         assert other.latest is not None and state.latest is not None
         assert (other.latest.ts, other.latest.gauges, other.latest.labelled) == \
             (state.latest.ts, state.latest.gauges, state.latest.labelled)
-        assert other.derived == state.derived
+        assert other.derived is not None and other.derived.texts is not None and state.derived is not None
+        assert replace(other.derived, texts=None) == state.derived
+    # The publish's page: the target lines the workers rendered, kept as they came, equal the
+    # lines the monitor renders itself; only the fleet's rows are rendered on its side.
+    pages, rendered = [], []
+    for collector in (thread, processes):
+        text = CountingText()
+        out: list[str] = []
+        text.render(collector.assemble(clock[0]), TextWriter(), out)
+        pages.append("".join(out))
+        rendered.append(text.renders)
+    assert pages[1] == pages[0] and pages[0].startswith("# HELP inference_target_up")
+    assert rendered == [len(PAGES) + 1, 1]
+
+
+class CountingText(ServiceText):
+    def __init__(self) -> None:
+        super().__init__()
+        self.renders = 0
+
+    def _texts(self, view: ServiceView, writer: TextWriter) -> dict[str, str]:
+        self.renders += 1
+        return super()._texts(view, writer)
 
 
 def test_a_broken_page_is_the_targets_fault_and_a_dead_worker_the_monitors(tmp_path: Path) -> None:
