@@ -412,7 +412,7 @@ class Monitor:
         await self.service.aclose()
         self.cpu.shutdown(wait=False, cancel_futures=True)
         if self.service.workers is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.service.workers.shutdown)
+            await self.service.workers.aclose()
 
 
 # The layer each job collects; cost derives from service and infra, so its first collection

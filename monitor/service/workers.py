@@ -24,14 +24,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
+import itertools
 import logging
-import multiprocessing
+import os
+import pickle
 import signal
+import struct
+import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -54,6 +59,7 @@ from monitor.service.render import target_texts
 from monitor.store.baseline import Point
 
 log = logging.getLogger("monitor.service.workers")
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux; Python 3.10+ names it
 
 
 @dataclass
@@ -87,12 +93,93 @@ class Ingested:
         state.cpu_wait = self.cpu_wait
 
 
+_HEADER = struct.Struct("!Q")  # each message: its length, then its pickle
+_PIPE_BYTES = 1 << 20  # a 342 KB page in one write, where the kernel allows it (pipe-max-size)
+
+
+class _Process:
+    """One worker process on the loop: requests written to its stdin, answers read off its stdout.
+
+    No thread of the monitor's sits between the loop and the worker: with a pool's feeder and
+    result threads each page took several handovers of the interpreter, and the workers waited."""
+
+    def __init__(self, slot: int, process: asyncio.subprocess.Process) -> None:
+        self.slot = slot
+        self.process = process
+        self.waiting: dict[int, asyncio.Future[Any]] = {}
+        self.ids = itertools.count(1)
+        self.reader = asyncio.create_task(self._read(), name=f"parse worker {slot}")
+
+    async def call(self, kind: str, *args: object) -> Any:
+        stdin = self.process.stdin
+        assert stdin is not None
+        request = next(self.ids)
+        answer = asyncio.get_running_loop().create_future()
+        self.waiting[request] = answer
+        body = pickle.dumps((request, kind, args), protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            stdin.write(_HEADER.pack(len(body)) + body)
+            await stdin.drain()  # many pages queued for a slow worker: the scrapes wait here
+        except (ConnectionError, RuntimeError) as exc:
+            self.waiting.pop(request, None)
+            raise self.lost() from exc
+        return await answer
+
+    def send(self, kind: str, *args: object) -> None:
+        """A request nobody waits for (its answer is read and dropped)."""
+        stdin = self.process.stdin
+        if stdin is not None and not stdin.is_closing():
+            body = pickle.dumps((0, kind, args), protocol=pickle.HIGHEST_PROTOCOL)
+            stdin.write(_HEADER.pack(len(body)) + body)
+
+    async def _read(self) -> None:
+        stdout = self.process.stdout
+        assert stdout is not None
+        try:
+            while True:
+                (size,) = _HEADER.unpack(await stdout.readexactly(_HEADER.size))
+                request, ok, value = pickle.loads(await stdout.readexactly(size))
+                answer = self.waiting.pop(request, None)
+                if answer is None or answer.done():
+                    continue
+                if ok:
+                    answer.set_result(value)
+                else:
+                    answer.set_exception(value)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the process ended
+        finally:
+            for answer in self.waiting.values():
+                if not answer.done():
+                    answer.set_exception(self.lost())
+            self.waiting.clear()
+
+    def lost(self) -> MonitorFault:
+        return MonitorFault(f"parse worker {self.slot} ended while it read this page; "
+                            "a new process takes the target's next scrape")
+
+    @property
+    def alive(self) -> bool:
+        return self.process.returncode is None and not self.reader.done()
+
+    async def close(self, timeout: float = 10.0) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()  # end of input: the worker finishes its page and exits
+        try:
+            await asyncio.wait_for(self.process.wait(), timeout)
+        except TimeoutError:
+            self.process.kill()
+            await self.process.wait()
+        self.reader.cancel()
+
+
 @dataclass
 class _Slot:
     """One worker process (started at its first page), and how many it has been."""
 
     index: int
-    executor: ProcessPoolExecutor | None = None
+    process: _Process | None = None
+    starting: asyncio.Task[_Process] | None = None
     generation: int = 0  # +1 each time its process is replaced: the targets' points go again
     restarts: int = 0
     names: set[str] = field(default_factory=set)  # targets it was sent
@@ -103,7 +190,7 @@ class ParseWorkers:
         # The workers derive; the loop's side keeps the target list.
         self.settings = settings.model_copy(update={"targets": [], "file_sd": [], "shard": None})
         self._slots = [_Slot(i) for i in range(count)]
-        self._context = multiprocessing.get_context("spawn")  # never fork a process that runs threads
+        self._closing: set[asyncio.Task[None]] = set()  # ended processes being reaped
 
     def _slot(self, name: str) -> _Slot:
         digest = hashlib.blake2b(name.encode(), digest_size=8).digest()
@@ -112,11 +199,44 @@ class ParseWorkers:
     def generation(self, name: str) -> int:
         return self._slot(name).generation
 
-    def _executor(self, slot: _Slot) -> ProcessPoolExecutor:
-        if slot.executor is None:
-            slot.executor = ProcessPoolExecutor(1, mp_context=self._context, initializer=_start,
-                                                initargs=(self.settings, slot.index))
-        return slot.executor
+    async def _process(self, slot: _Slot) -> _Process:
+        if slot.process is not None and not slot.process.alive:
+            self._replace(slot, slot.process)
+        if slot.process is None:
+            if slot.starting is None:  # the first page of many that wait for it starts it
+                slot.starting = asyncio.create_task(self._start(slot.index))
+                slot.starting.add_done_callback(lambda task: self._started(slot, task))
+            try:
+                await asyncio.shield(slot.starting)
+            except Exception as exc:
+                raise MonitorFault(f"parse worker {slot.index} did not start: {exc}") from exc
+        assert slot.process is not None
+        return slot.process
+
+    @staticmethod
+    def _started(slot: _Slot, task: asyncio.Task[_Process]) -> None:
+        slot.starting = None  # runs before the pages waiting for it go on
+        if not task.cancelled() and task.exception() is None:
+            slot.process = task.result()
+
+    async def _start(self, index: int) -> _Process:
+        # The monitor's package first on the path: the worker imports what the monitor runs.
+        root = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "monitor.service.parse_worker", str(index),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env)
+        assert process.stdin is not None
+        with contextlib.suppress(OSError):  # larger pipes: a page in one write (Linux; else 64 KiB)
+            fcntl.fcntl(process.stdin.get_extra_info("pipe").fileno(), _F_SETPIPE_SZ, _PIPE_BYTES)
+        worker = _Process(index, process)
+        try:
+            await worker.call("start", self.settings)
+        except BaseException:
+            await worker.close(1.0)
+            raise
+        log.info("parse worker %d started (pid %d)", index, process.pid)
+        return worker
 
     async def ingest(self, state: TargetState, reload: list[Point] | None, text: str, openmetrics: bool,
                      ts: float) -> Ingested:
@@ -124,56 +244,52 @@ class ParseWorkers:
         there, with `reload` (stored baseline points) first when it holds the target afresh."""
         name = state.target.name
         slot = self._slot(name)
-        executor = self._executor(slot)
+        process = await self._process(slot)
         slot.names.add(name)
         try:
-            return await asyncio.get_running_loop().run_in_executor(
-                executor, _ingest, name, state.epoch, state.target, reload, text, openmetrics, ts, time.monotonic())
-        except BrokenProcessPool as exc:
-            self._replace(slot, executor)
-            raise MonitorFault(f"parse worker {slot.index} ended while it read this page; "
-                               "a new process takes the target's next scrape") from exc
+            result: Ingested = await process.call("ingest", name, state.epoch, state.target, reload, text, openmetrics,
+                                                  ts, time.monotonic())
+        except MonitorFault:
+            self._replace(slot, process)
+            raise
+        return result
 
-    def _replace(self, slot: _Slot, executor: ProcessPoolExecutor) -> None:
-        if slot.executor is not executor:
+    def _replace(self, slot: _Slot, process: _Process) -> None:
+        if slot.process is not process:
             return  # another scrape that was in it replaced it already
-        log.error("parse worker %d ended: its %d target(s) start afresh in a new process at their next scrape",
-                  slot.index, len(slot.names))
-        slot.executor = None
+        log.error("parse worker %d (pid %d) ended: its %d target(s) start afresh in a new process at their next "
+                  "scrape", slot.index, process.process.pid, len(slot.names))
+        slot.process = None
         slot.generation += 1
         slot.restarts += 1
         slot.names.clear()
-        executor.shutdown(wait=False, cancel_futures=True)
+        task = asyncio.get_running_loop().create_task(process.close(1.0))  # reaped
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def forget(self, name: str) -> None:
         """A target gone or changed: its process drops what it kept of it."""
         slot = self._slot(name)
-        if name not in slot.names or slot.executor is None:
+        if name not in slot.names or slot.process is None:
             return
         slot.names.discard(name)
-        # The process may be gone (its targets with it), or shutting down: nothing left to drop.
-        with contextlib.suppress(BrokenProcessPool, RuntimeError):
-            slot.executor.submit(_forget, name)
+        slot.process.send("forget", name)
 
     def pids(self) -> list[int]:
         """The worker processes running now."""
-        found: list[int] = []
-        for slot in self._slots:
-            processes: dict[int, Any] = getattr(slot.executor, "_processes", None) or {}
-            found.extend(p.pid for p in processes.values() if p.pid is not None and p.is_alive())
-        return found
+        return [slot.process.process.pid for slot in self._slots if slot.process is not None and slot.process.alive]
 
     def status(self) -> dict[str, object]:
         return {"processes": len(self._slots), "pids": self.pids(),
                 "restarts": sum(slot.restarts for slot in self._slots),
                 "targets": [len(slot.names) for slot in self._slots]}
 
-    def shutdown(self) -> None:
+    async def aclose(self) -> None:
         """End the processes this started, and wait for them."""
+        closing = [slot.process.close() for slot in self._slots if slot.process is not None]
         for slot in self._slots:
-            if slot.executor is not None:
-                slot.executor.shutdown(wait=True, cancel_futures=True)
-                slot.executor = None
+            slot.process = None
+        await asyncio.gather(*closing, *self._closing, return_exceptions=True)
 
 
 # In a worker process: the collector that derives, the targets' states, the heap's freezer.
@@ -183,15 +299,40 @@ _FREEZER = HeapFreezer()
 _WRITER = TextWriter()
 
 
-def _start(settings: ServiceSettings, index: int) -> None:
-    global _COLLECTOR
+def serve(index: int) -> None:
+    """A worker's life (`python -m monitor.service.parse_worker N`): requests off stdin, answers to
+    stdout, one at a time, until stdin ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group: the monitor ends us
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s %(levelname)s %(name)s [parse worker {index}]: %(message)s")
+    requests = os.fdopen(os.dup(0), "rb", buffering=_PIPE_BYTES)
+    answers = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)  # whatever prints goes to stderr, never into the answers
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(answers.fileno(), _F_SETPIPE_SZ, _PIPE_BYTES)
+    handlers: dict[str, Callable[..., Any]] = {"start": _start, "ingest": _ingest, "forget": _forget}
+    while True:
+        header = requests.read(_HEADER.size)
+        if len(header) < _HEADER.size:
+            return  # the monitor closed our input: done
+        (size,) = _HEADER.unpack(header)
+        request, kind, args = pickle.loads(requests.read(size))
+        try:
+            answer = (request, True, handlers[kind](*args))
+        except Exception as exc:  # the page's or the target's: raised again in the monitor
+            answer = (request, False, exc)
+        try:
+            body = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # an exception that does not pickle: its text does
+            body = pickle.dumps((request, False, RuntimeError(f"{type(exc).__name__}: {exc}")))
+        answers.write(_HEADER.pack(len(body)) + body)
+
+
+def _start(settings: ServiceSettings) -> None:
+    global _COLLECTOR
     _COLLECTOR = ServiceCollector(settings, httpx.AsyncClient(trust_env=False), HealthBook())
     _COLLECTOR.persist = True  # its baseline points go back to the monitor, which stores them
     _FREEZER.start()  # as the monitor's own worker thread: each page's objects frozen after it
-
 
 def _ingest(name: str, epoch: int, target: Target, reload: list[Point] | None, text: str, openmetrics: bool,
             ts: float, queued: float) -> Ingested:

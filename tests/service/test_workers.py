@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -90,14 +91,14 @@ def test_worker_processes_derive_what_the_worker_thread_derives() -> None:
             clock[0] -= 15.0
             texts = [render_text(make_registry([lambda c=c: render_service(c.assemble(clock[0]))])).decode()
                      for c in both]
+            pids.extend(workers.pids())
+            await workers.aclose()
             return both, texts
 
-    try:
-        (thread, processes), (thread_text, process_text) = asyncio.run(run())
-        assert len(workers.pids()) == 2  # each target in one of two processes
-    finally:
-        workers.shutdown()
-    assert not workers.pids()
+    pids: list[int] = []
+    (thread, processes), (thread_text, process_text) = asyncio.run(run())
+    assert len(pids) == 2  # each target in one of two processes
+    assert not workers.pids() and not any(alive(pid) for pid in pids)
     assert 'inference_ttft_seconds{model="meta-llama/Llama-3.1-8B-Instruct",quantile="0.99",window="1m"}' in thread_text
     assert 'target="sglang"' in thread_text and 'target="llamacpp"' in thread_text
     assert process_text == thread_text  # every number, gauge, ratio and baseline
@@ -167,9 +168,11 @@ def test_a_broken_page_is_the_targets_fault_and_a_dead_worker_the_monitors(tmp_p
                 assert vllm.up and vllm.error is None
 
                 (pid,) = workers.pids()
-                os.kill(pid, signal.SIGKILL)  # the worker this test's collector started
-                wait_for(lambda: pid not in workers.pids(), 10)
-                await collector.scrape(vllm, cpu)
+                os.kill(pid, signal.SIGSTOP)  # the worker this test's collector started: it reads nothing now
+                scrape = asyncio.create_task(collector.scrape(vllm, cpu))
+                await until(lambda: bool(workers._slots[0].process and workers._slots[0].process.waiting))
+                os.kill(pid, signal.SIGKILL)  # dies with the page in hand
+                await scrape
                 entry = health.get(COLLECTOR, "vllm")
                 assert entry.success is False and entry.error is not None and "parse worker 0 ended" in entry.error
                 assert vllm.up and vllm.error is None  # no verdict on the engine: the monitor failed
@@ -188,13 +191,36 @@ def test_a_broken_page_is_the_targets_fault_and_a_dead_worker_the_monitors(tmp_p
                 stats = after.stats[("meta-llama/Llama-3.1-8B-Instruct", "1m")]
                 assert stats.requests_per_second is not None
                 assert stats.baseline_coverage is not None and stats.baseline_coverage >= 0.5  # not from zero
+
+                os.kill(new_pid, signal.SIGKILL)  # ends between two pages: the next one starts a new process
+                await until(lambda: new_pid not in workers.pids())
+                await collector.scrape(vllm, cpu)
+                assert health.get(COLLECTOR, "vllm").success is True and vllm.up
+                assert workers.status()["restarts"] == 2 and new_pid not in workers.pids()
                 await collector.aclose()
+                await workers.aclose()
+                assert not alive(new_pid) and not workers.pids()
 
     try:
         asyncio.run(run())
     finally:
-        workers.shutdown()
         store.close()
+
+
+async def until(check: Callable[[], bool]) -> None:
+    for _ in range(400):  # bounded: 20 s
+        if check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_serve_parses_in_its_workers_and_ends_them() -> None:
@@ -223,9 +249,7 @@ def test_serve_parses_in_its_workers_and_ends_them() -> None:
 
             wait_for(derived, 60)
         assert not monitor.service.workers or not monitor.service.workers.pids()
-        for pid in pids:
-            with pytest.raises(ProcessLookupError):
-                os.kill(pid, 0)  # ended, and reaped
+        assert not any(alive(pid) for pid in pids)  # ended, and reaped
 
 
 def test_parse_workers_is_checked_at_start() -> None:
