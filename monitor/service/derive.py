@@ -25,6 +25,7 @@ from operator import itemgetter
 from typing import TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from monitor.service.promql import (
     bucket_fractions_at_or_below,
@@ -68,6 +69,12 @@ VECTOR_ROWS = 12
 
 LeRates = dict[float, float]
 Key = TypeVar("Key", str, float)
+Floats = npt.NDArray[np.float64]
+RowKeys = tuple[tuple[str, ...], tuple[tuple[str, tuple[float, ...]], ...], tuple[str, ...],
+                tuple[tuple[str, tuple[float, ...]], ...]]
+"""A `Rates`' row layout: its counters, its histograms' bounds, its baseline counters and bounds."""
+_LAYOUTS: dict[RowKeys, RowKeys] = {}  # one object per layout: rows of one engine compare by identity
+_LAYOUTS_LIMIT = 4096
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,8 @@ class Rates:
     baseline_coverage: float | None = None  # share of the baseline window the history reaches back over
     baseline_buckets: dict[str, LeRates] = field(default_factory=dict)  # request lengths over the baseline
     baseline_counters: dict[str, float] = field(default_factory=dict)  # BASELINE_COUNTERS over the baseline
+    # Its numbers in one row, and what each column is (`_row`): kept while it lives, for the fleet sums.
+    row: tuple[RowKeys, Floats] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -328,24 +337,22 @@ def rank_imbalance(labelled: dict[str, dict[str, dict[str, float]]]) -> dict[str
 
 
 def fleet_rates(per_target: Iterable[dict[str, Rates]]) -> dict[str, Rates]:
-    """Sum per-target rates by model; buckets only on the bounds that every target has."""
-    fleet: dict[str, Rates] = {}
-    counters: dict[str, list[dict[str, float]]] = {}  # model -> each target's counter rates
-    baseline_counters: dict[str, list[dict[str, float]]] = {}
-    buckets: dict[tuple[str, str], list[LeRates]] = {}  # (model, metric) -> each target's bucket rates
-    baseline_buckets: dict[tuple[str, str], list[LeRates]] = {}
+    """Sum per-target rates by model; buckets only on the bounds that every target has.
+
+    Where every target serving a model has the same counters and bounds (one engine version
+    across the fleet), each target's numbers are one row (`_row`, made once per `Rates`) and numpy
+    adds the rows target after target: what the sums below give, bit for bit. 1,000 targets of 10
+    models took ~0.4 s a publish tick in the per-histogram sums, looking every bound up in every
+    target's dicts.
+    """
+    members: dict[str, list[Rates]] = {}
     for target in per_target:
         for model, rates in target.items():
-            total = fleet.get(model)
-            if total is None:
-                total = fleet[model] = Rates()
-                counters[model], baseline_counters[model] = [], []
-            counters[model].append(rates.counters)
-            baseline_counters[model].append(rates.baseline_counters)
-            for metric, le_rates in rates.buckets.items():
-                buckets.setdefault((model, metric), []).append(le_rates)
-            for metric, le_rates in rates.baseline_buckets.items():
-                baseline_buckets.setdefault((model, metric), []).append(le_rates)
+            members.setdefault(model, []).append(rates)
+    fleet: dict[str, Rates] = {}
+    for model, each in members.items():
+        total = fleet[model] = Rates()
+        for rates in each:
             total.http_errors = _add(total.http_errors, rates.http_errors)
             total.http_all = _add(total.http_all, rates.http_all)
             total.baseline_generation = _add(total.baseline_generation, rates.baseline_generation)
@@ -354,14 +361,66 @@ def fleet_rates(per_target: Iterable[dict[str, Rates]]) -> dict[str, Rates]:
             if rates.baseline_coverage is not None:
                 total.baseline_coverage = min(rates.baseline_coverage, 1.0 if total.baseline_coverage is None
                                               else total.baseline_coverage)
-    for model, total in fleet.items():
-        total.counters = _sum_all(counters[model])
-        total.baseline_counters = _sum_all(baseline_counters[model])
-    for (model, metric), each in buckets.items():
-        fleet[model].buckets[metric] = _sum_shared(each)
-    for (model, metric), each in baseline_buckets.items():
-        fleet[model].baseline_buckets[metric] = _sum_shared(each)
+        if not _sum_by_rows(total, each):
+            _sum_by_name(total, each)
     return fleet
+
+
+def _row(rates: Rates) -> tuple[RowKeys, Floats]:
+    """The rates' numbers in one row (counters, each histogram's buckets, the baseline's), and its layout."""
+    if rates.row is None:
+        keys: RowKeys = (tuple(rates.counters), tuple((m, tuple(b)) for m, b in rates.buckets.items()),
+                         tuple(rates.baseline_counters),
+                         tuple((m, tuple(b)) for m, b in rates.baseline_buckets.items()))
+        if len(_LAYOUTS) >= _LAYOUTS_LIMIT:
+            _LAYOUTS.clear()
+        keys = _LAYOUTS.setdefault(keys, keys)
+        values = np.fromiter(chain(rates.counters.values(), *map(dict.values, rates.buckets.values()),
+                                   rates.baseline_counters.values(),
+                                   *map(dict.values, rates.baseline_buckets.values())), dtype=np.float64)
+        rates.row = (keys, values)
+    return rates.row
+
+
+def _sum_by_rows(total: Rates, each: list[Rates]) -> bool:
+    """`total`'s counters and buckets from the rows of `each`, when all have one layout (False: not)."""
+    if len(each) < 2:
+        return False
+    rows = [_row(rates) for rates in each]
+    keys = rows[0][0]
+    if any(other is not keys for other, _ in rows) or not rows[0][1].size:
+        return False
+    summed = (0.0 + np.add.accumulate(np.stack([values for _, values in rows]), axis=0)[-1]).tolist()
+    counters, buckets, baseline_counters, baseline_buckets = keys
+    at = len(counters)
+    total.counters = dict(zip(counters, summed[:at], strict=True))
+    for metric, les in buckets:
+        total.buckets[metric] = dict(zip(les, summed[at : at + len(les)], strict=True))
+        at += len(les)
+    total.baseline_counters = dict(zip(baseline_counters, summed[at : at + len(baseline_counters)], strict=True))
+    at += len(baseline_counters)
+    for metric, les in baseline_buckets:
+        total.baseline_buckets[metric] = dict(zip(les, summed[at : at + len(les)], strict=True))
+        at += len(les)
+    return True
+
+
+def _sum_by_name(total: Rates, each: list[Rates]) -> None:
+    """`total`'s counters and buckets summed name by name: counters over the targets that have them,
+    buckets on the bounds all of them have."""
+    total.counters = _sum_all([rates.counters for rates in each])
+    total.baseline_counters = _sum_all([rates.baseline_counters for rates in each])
+    buckets: dict[str, list[LeRates]] = {}
+    baseline_buckets: dict[str, list[LeRates]] = {}
+    for rates in each:
+        for metric, le_rates in rates.buckets.items():
+            buckets.setdefault(metric, []).append(le_rates)
+        for metric, le_rates in rates.baseline_buckets.items():
+            baseline_buckets.setdefault(metric, []).append(le_rates)
+    for metric, every in buckets.items():
+        total.buckets[metric] = _sum_shared(every)
+    for metric, every in baseline_buckets.items():
+        total.baseline_buckets[metric] = _sum_shared(every)
 
 
 def _sum_all(each: list[dict[str, float]]) -> dict[str, float]:

@@ -373,3 +373,54 @@ def test_a_derivation_of_many_histograms_at_once_equals_each_window_on_its_own(o
     together = stats_many(windows, objectives)
     assert together == [stats_from_rates(rates, objectives) for rates in windows]
     assert all(stats.quantiles and stats.slo_attainment for stats in together)
+
+
+@pytest.mark.parametrize("targets", [2, 3, 200])
+def test_the_fleet_sum_by_rows_equals_the_sum_by_name_bit_for_bit(targets: int) -> None:
+    # Targets of one layout are summed as rows (`_sum_by_rows`); the sum name by name is the
+    # reference. Their dicts hold equal bounds as other float objects (as a parse worker's, read
+    # back from a pickle, hold them), and values whose sum depends on the order taken.
+    import pickle
+    import random
+
+    from monitor.service.derive import _sum_by_name, _sum_by_rows
+
+    rng = random.Random(targets)
+    bounds = [0.1, 0.5, 1.0, 2.5, math.inf]
+
+    def value() -> float:
+        return rng.choice((1e16, 1.0, 1e-8, -0.0, rng.uniform(0, 1e6), 1 / 3))
+
+    def rates(extra: bool = False) -> Rates:
+        made = Rates(counters={"requests": value(), "generation_tokens": value()},
+                     buckets={"ttft": {le: value() for le in bounds}, "e2e": {le: value() for le in bounds[1:]}},
+                     baseline_counters={"generation_tokens": value()},
+                     baseline_buckets={"prompt_len": {le: value() for le in bounds}},
+                     http_all=value(), baseline_coverage=rng.random())
+        if extra:
+            made.counters["errors"] = value()
+        return pickle.loads(pickle.dumps(made))  # fresh float objects for every bound
+
+    def bits(total: Rates) -> str:
+        return repr((total.counters, total.buckets, total.baseline_counters, total.baseline_buckets))
+
+    for shape in ("same", "one_other"):
+        each = [rates(extra=shape == "one_other" and index == targets - 1) for index in range(targets)]
+        by_rows, by_name = Rates(), Rates()
+        assert _sum_by_rows(by_rows, each) is (shape == "same")  # another layout: summed by name
+        _sum_by_name(by_name, each)
+        fleet = fleet_rates([{MODEL: r} for r in each])[MODEL]
+        assert bits(fleet) == bits(by_name), shape
+        if shape == "same":
+            assert bits(by_rows) == bits(by_name)
+            assert list(fleet.buckets) == ["ttft", "e2e"] and list(fleet.buckets["e2e"]) == bounds[1:]
+        assert fleet.http_all == sum_in_order(r.http_all for r in each)
+        assert fleet.baseline_coverage == min(r.baseline_coverage or 1.0 for r in each)
+    assert not _sum_by_rows(Rates(), [rates()])  # one target: nothing to add
+
+
+def sum_in_order(values: Iterable[float | None]) -> float | None:
+    total: float | None = None
+    for v in values:
+        total = v if total is None else total if v is None else total + v
+    return total
