@@ -470,8 +470,9 @@ class ServiceCollector:
             targets = per_window[window.label]
             # A model on one target: the fleet sum is that target's numbers, already derived; only
             # models served by two targets or more are summed.
-            summed = fleet_rates([{m: r for m, r in target.items() if len(served[(m, window.label)]) > 1}
-                                  for target in targets])
+            several = {model for (model, label), each in served.items() if label == window.label and len(each) > 1}
+            summed = fleet_rates([target if several.issuperset(target) else {m: r for m, r in target.items()
+                                                                              if m in several} for target in targets])
             models = list(dict.fromkeys(model for target in targets for model in target))
             shared = dict(zip(summed, stats_many(list(summed.values()), self.objectives), strict=True))
             for model in models:

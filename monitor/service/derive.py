@@ -352,11 +352,15 @@ def fleet_rates(per_target: Iterable[dict[str, Rates]]) -> dict[str, Rates]:
     fleet: dict[str, Rates] = {}
     for model, each in members.items():
         total = fleet[model] = Rates()
-        for rates in each:
-            total.http_errors = _add(total.http_errors, rates.http_errors)
-            total.http_all = _add(total.http_all, rates.http_all)
-            total.baseline_generation = _add(total.baseline_generation, rates.baseline_generation)
-            total.covered_generation = _add(total.covered_generation, rates.covered_generation)
+        for rates in each:  # each added where a target has it (`_add(x, None)` is x)
+            if rates.http_errors is not None:
+                total.http_errors = _add(total.http_errors, rates.http_errors)
+            if rates.http_all is not None:
+                total.http_all = _add(total.http_all, rates.http_all)
+            if rates.baseline_generation is not None:
+                total.baseline_generation = _add(total.baseline_generation, rates.baseline_generation)
+            if rates.covered_generation is not None:
+                total.covered_generation = _add(total.covered_generation, rates.covered_generation)
             # The fleet's baseline is as far along as its least covered target's.
             if rates.baseline_coverage is not None:
                 total.baseline_coverage = min(rates.baseline_coverage, 1.0 if total.baseline_coverage is None
