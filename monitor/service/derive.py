@@ -386,15 +386,42 @@ def _row(rates: Rates) -> tuple[RowKeys, Floats]:
     return rates.row
 
 
-def _sum_by_rows(total: Rates, each: list[Rates]) -> bool:
-    """`total`'s counters and buckets from the rows of `each`, when all have one layout (False: not)."""
-    if len(each) < 2:
-        return False
-    rows = [_row(rates) for rates in each]
-    keys = rows[0][0]
-    if any(other is not keys for other, _ in rows) or not rows[0][1].size:
-        return False
-    summed = (0.0 + np.add.accumulate(np.stack([values for _, values in rows]), axis=0)[-1]).tolist()
+def compact(rates: Rates) -> Rates:
+    """The same rates with their counters and buckets in their row alone: what a parse worker
+    sends (a 10-model target's rates were ~5,000 dict entries to read back and keep a scrape).
+    `expand` gives the dicts back; the fleet sums read the row."""
+    keys, values = _row(rates)
+    return Rates(http_errors=rates.http_errors, http_all=rates.http_all,
+                 baseline_generation=rates.baseline_generation, covered_generation=rates.covered_generation,
+                 baseline_coverage=rates.baseline_coverage, row=(keys, values))
+
+
+def expand(rates: Rates) -> Rates:
+    """The dicts of compacted rates (`compact`) made again from their row; other rates as they are."""
+    if rates.row is None or rates.counters or rates.buckets or rates.baseline_counters or rates.baseline_buckets:
+        return rates
+    keys, values = rates.row
+    out = Rates(http_errors=rates.http_errors, http_all=rates.http_all, baseline_generation=rates.baseline_generation,
+                covered_generation=rates.covered_generation, baseline_coverage=rates.baseline_coverage, row=rates.row)
+    _fill(out, keys, values.tolist())
+    return out
+
+
+def intern_row(rates: Rates, known: dict[int, RowKeys]) -> None:
+    """Rates read back from a worker: their layout made the one object its equals share here, so
+    rows compare by identity (`known`: the layouts interned for this batch, by id)."""
+    if rates.row is None:
+        return
+    keys, values = rates.row
+    canonical = known.get(id(keys))
+    if canonical is None:
+        if len(_LAYOUTS) >= _LAYOUTS_LIMIT:
+            _LAYOUTS.clear()
+        canonical = known[id(keys)] = _LAYOUTS.setdefault(keys, keys)
+    rates.row = (canonical, values)
+
+
+def _fill(total: Rates, keys: RowKeys, summed: list[float]) -> None:
     counters, buckets, baseline_counters, baseline_buckets = keys
     at = len(counters)
     total.counters = dict(zip(counters, summed[:at], strict=True))
@@ -406,12 +433,25 @@ def _sum_by_rows(total: Rates, each: list[Rates]) -> bool:
     for metric, les in baseline_buckets:
         total.baseline_buckets[metric] = dict(zip(les, summed[at : at + len(les)], strict=True))
         at += len(les)
+
+
+def _sum_by_rows(total: Rates, each: list[Rates]) -> bool:
+    """`total`'s counters and buckets from the rows of `each`, when all have one layout (False: not)."""
+    if len(each) < 2:
+        return False
+    rows = [_row(rates) for rates in each]
+    keys = rows[0][0]
+    if any(other is not keys for other, _ in rows) or not rows[0][1].size:
+        return False
+    summed = (0.0 + np.add.accumulate(np.stack([values for _, values in rows]), axis=0)[-1]).tolist()
+    _fill(total, keys, summed)
     return True
 
 
 def _sum_by_name(total: Rates, each: list[Rates]) -> None:
     """`total`'s counters and buckets summed name by name: counters over the targets that have them,
     buckets on the bounds all of them have."""
+    each = [expand(rates) for rates in each]  # a parse worker's rates hold their numbers in the row
     total.counters = _sum_all([rates.counters for rates in each])
     total.baseline_counters = _sum_all([rates.baseline_counters for rates in each])
     buckets: dict[str, list[LeRates]] = {}

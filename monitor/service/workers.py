@@ -53,6 +53,7 @@ from monitor.service.collector import (
     apply_points,
     target_view,
 )
+from monitor.service.derive import RowKeys, compact, intern_row
 from monitor.service.engines import find_engine
 from monitor.service.extract import Snapshot
 from monitor.service.render import target_texts
@@ -87,6 +88,11 @@ class Ingested:
                    state.derived, state.cpu_wait, points)
 
     def apply(self, state: TargetState) -> None:
+        if self.derived is not None:
+            known: dict[int, RowKeys] = {}
+            for by_model in self.derived.rates.values():
+                for rates in by_model.values():
+                    intern_row(rates, known)
         state.latest, state.models, state.derived = self.latest, self.models, self.derived
         state.engine = None if self.engine is None else find_engine(*self.engine)
         state.unrecognized, state.duplicates, state.non_finite = self.unrecognized, self.duplicates, self.non_finite
@@ -352,6 +358,9 @@ def _ingest(name: str, epoch: int, target: Target, reload: list[Point] | None, t
             shown.gauges, shown.labelled, shown.lora, shown.stats = latest.gauges, latest.labelled, latest.lora, \
                 derived.stats
             derived.texts = target_texts(collector.view, shown, _WRITER)
+            # The monitor reads the rates for the fleet sums alone: their rows are what it adds.
+            derived.rates = {label: {model: compact(rates) for model, rates in by_model.items()}
+                             for label, by_model in derived.rates.items()}
         points = list(collector._pending)
         collector._pending.clear()
         return Ingested.of(state, points)

@@ -382,8 +382,9 @@ def test_the_fleet_sum_by_rows_equals_the_sum_by_name_bit_for_bit(targets: int) 
     # back from a pickle, hold them), and values whose sum depends on the order taken.
     import pickle
     import random
+    from typing import Any
 
-    from monitor.service.derive import _sum_by_name, _sum_by_rows
+    from monitor.service.derive import _sum_by_name, _sum_by_rows, compact, expand, intern_row
 
     rng = random.Random(targets)
     bounds = [0.1, 0.5, 1.0, 2.5, math.inf]
@@ -411,6 +412,14 @@ def test_the_fleet_sum_by_rows_equals_the_sum_by_name_bit_for_bit(targets: int) 
         _sum_by_name(by_name, each)
         fleet = fleet_rates([{MODEL: r} for r in each])[MODEL]
         assert bits(fleet) == bits(by_name), shape
+        # As a parse worker sends them: the numbers in the row alone, read back, the layout interned.
+        sent = [pickle.loads(pickle.dumps(compact(r))) for r in each]
+        assert not sent[0].counters and not sent[0].buckets and sent[0].row is not None
+        known: dict[int, Any] = {}
+        for r in sent:
+            intern_row(r, known)
+        assert bits(expand(sent[0])) == bits(each[0])
+        assert bits(fleet_rates([{MODEL: r} for r in sent])[MODEL]) == bits(by_name), shape
         if shape == "same":
             assert bits(by_rows) == bits(by_name)
             assert list(fleet.buckets) == ["ttft", "e2e"] and list(fleet.buckets["e2e"]) == bounds[1:]

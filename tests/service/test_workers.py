@@ -23,6 +23,7 @@ from monitor.exporter import TextWriter, make_registry, render_text
 from monitor.health import HealthBook
 from monitor.runtime import Monitor
 from monitor.service.collector import COLLECTOR, ServiceCollector, ServiceView
+from monitor.service.derive import expand
 from monitor.service.render import ServiceText, render_service
 from monitor.service.workers import ParseWorkers
 from monitor.store.baseline import BaselineHistory
@@ -40,6 +41,8 @@ PAGES = {  # host -> the page it grows from: real engines' pages, and one engine
     "sglang": (REAL / "sglang-0.5.23_t60.prom").read_text(),
     "llamacpp": (REAL / "llama.cpp-server_metrics.prom").read_text(),
     "three": fleet_page(engines=1, models=3),
+    "vllm-b": (FIXTURES / "sample_vllm_v1.prom").read_text(),  # models on two targets: the fleet sums
+    "three-b": fleet_page(engines=1, models=3),
 }
 
 
@@ -101,6 +104,8 @@ def test_worker_processes_derive_what_the_worker_thread_derives() -> None:
     assert not workers.pids() and not any(alive(pid) for pid in pids)
     assert 'inference_ttft_seconds{model="meta-llama/Llama-3.1-8B-Instruct",quantile="0.99",window="1m"}' in thread_text
     assert 'target="sglang"' in thread_text and 'target="llamacpp"' in thread_text
+    fleet = 'inference_ttft_seconds{model="org/model-1",quantile="0.99",window="1m"}'  # summed over two targets
+    assert fleet in thread_text
     assert process_text == thread_text  # every number, gauge, ratio and baseline
     rows = {row["name"]: row for row in processes.status()}
     for row in thread.status():
@@ -115,7 +120,9 @@ def test_worker_processes_derive_what_the_worker_thread_derives() -> None:
         assert (other.latest.ts, other.latest.gauges, other.latest.labelled) == \
             (state.latest.ts, state.latest.gauges, state.latest.labelled)
         assert other.derived is not None and other.derived.texts is not None and state.derived is not None
-        assert replace(other.derived, texts=None) == state.derived
+        sent = {label: {model: expand(rates) for model, rates in by_model.items()}  # their numbers in rows
+                for label, by_model in other.derived.rates.items()}
+        assert replace(other.derived, texts=None, rates=sent) == state.derived
     # The publish's page: the target lines the workers rendered, kept as they came, equal the
     # lines the monitor renders itself; only the fleet's rows are rendered on its side.
     pages, rendered = [], []
