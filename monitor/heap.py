@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -42,6 +43,7 @@ class HeapFreezer:
         self.collected = 0  # the unreachable objects it found
         self.active = False
         self.ticks = 0  # jobs that ended with a freeze
+        self._full = threading.Lock()
 
     def start(self) -> None:
         """What lives for the process (modules, the app) out of the walks, and ticks from now on."""
@@ -54,17 +56,21 @@ class HeapFreezer:
         gc.unfreeze()
 
     def tick(self) -> None:
+        """After a job: from the worker thread, and from the loop after a parse worker's answer."""
         if not self.active:
             return
         self.ticks += 1
         now = self.clock()
-        if now - self.last_full >= self.full_every:
-            started = time.perf_counter()
-            gc.unfreeze()
-            self.collected = gc.collect()
-            self.full_seconds = time.perf_counter() - started
-            self.full_collections += 1
-            self.last_full = now
+        if now - self.last_full >= self.full_every and self._full.acquire(blocking=False):
+            try:  # one thread collects; another that comes meanwhile just freezes
+                started = time.perf_counter()
+                gc.unfreeze()
+                self.collected = gc.collect()
+                self.full_seconds = time.perf_counter() - started
+                self.full_collections += 1
+                self.last_full = now
+            finally:
+                self._full.release()
             log.debug("full garbage collection: %d unreachable object(s) in %.3f s", self.collected,
                       self.full_seconds)
         gc.freeze()

@@ -159,10 +159,13 @@ def test_a_broken_page_is_the_targets_fault_and_a_dead_worker_the_monitors(tmp_p
             collector = ServiceCollector(service, client, health, wall=lambda: clock[0],
                                          history=BaselineHistory(store.engine), workers=workers)
             vllm = collector.targets["vllm"]
+            answers: list[str] = []
+            collector.after_answer = lambda: answers.append("applied")  # serve freezes the heap here
             with ThreadPoolExecutor(1) as cpu:
                 for _ in range(8):
                     await scrape_all(collector, cpu)
                     clock[0] += 15.0
+                assert len(answers) == 8 * len(PAGES)
                 collector.flush_baselines()  # what the monitor stores every minute
                 before = vllm.derived
                 assert before is not None and before.stats[("meta-llama/Llama-3.1-8B-Instruct", "1m")].baseline_coverage
@@ -255,6 +258,7 @@ def test_serve_parses_in_its_workers_and_ends_them() -> None:
                     line.startswith("inference_requests_per_second{") and 'target="t0"' in line for line in lines)
 
             wait_for(derived, 60)
+            assert monitor.service.after_answer == monitor.heap.tick  # what the answers made, frozen on the loop
         assert not monitor.service.workers or not monitor.service.workers.pids()
         assert not any(alive(pid) for pid in pids)  # ended, and reaped
 
