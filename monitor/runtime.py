@@ -234,9 +234,8 @@ class Monitor:
         # 1,000 ten-model targets): what is alive after each job of the worker thread is frozen out of
         # those walks (monitor/heap.py). The data replaced on each scrape is freed by refcount.
         self.heap.start()
-        # A parse worker's answers are read on the loop: what they hold is frozen there too, or the
-        # collections walk the answers of the last publish tick (~1.6 M objects at 1,000 ten-model targets).
-        self.service.after_answer = self.heap.tick
+        if self.service.workers is not None:  # what a parse worker's answer holds, frozen as it is read
+            self.service.workers.after_answer = self.heap.tick
         self.health.watch(SCRAPES, self.spreader.interval)
         try:
             await asyncio.gather(self.spreader.run(), self._publish_loop(self.jobs[0]))

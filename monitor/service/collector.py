@@ -188,7 +188,6 @@ class ServiceCollector:
         self.wall = wall
         self.persist = history is not None  # queue baseline points (a parse worker's are sent back)
         self.workers = workers  # `service.parse_workers`: processes that keep the series, parse and derive
-        self.after_answer: Callable[[], None] = lambda: None  # after a worker's answer is applied, on the loop
         self.windows = [Window(w.text, w.seconds) for w in settings.windows]
         self.objectives = Objectives(settings.slo.ttft.seconds, settings.slo.tpot.seconds)
         self.targets: dict[str, TargetState] = {}
@@ -364,7 +363,6 @@ class ServiceCollector:
             # The points went with the page unless the worker died under it (then its generation moved on).
             state.sent_to = workers.generation(state.target.name) if reload is not None else state.sent_to
         done.apply(state)
-        self.after_answer()
         if reload:
             log.info("target %s: %d baseline points reloaded from the store", state.target.name, len(reload))
         self._pending.extend(done.points)

@@ -160,12 +160,12 @@ def test_a_broken_page_is_the_targets_fault_and_a_dead_worker_the_monitors(tmp_p
                                          history=BaselineHistory(store.engine), workers=workers)
             vllm = collector.targets["vllm"]
             answers: list[str] = []
-            collector.after_answer = lambda: answers.append("applied")  # serve freezes the heap here
+            workers.after_answer = lambda: answers.append("read")  # serve freezes the heap here
             with ThreadPoolExecutor(1) as cpu:
                 for _ in range(8):
                     await scrape_all(collector, cpu)
                     clock[0] += 15.0
-                assert len(answers) == 8 * len(PAGES)
+                assert len(answers) == 1 + 8 * len(PAGES)  # the start, then each page
                 collector.flush_baselines()  # what the monitor stores every minute
                 before = vllm.derived
                 assert before is not None and before.stats[("meta-llama/Llama-3.1-8B-Instruct", "1m")].baseline_coverage
@@ -246,10 +246,10 @@ def test_serve_parses_in_its_workers_and_ends_them() -> None:
                 return layers["service"]
 
             wait_for(lambda: all(t["up"] for t in service()["targets"]), 60)  # type: ignore[attr-defined]
-            workers = service()["parse_workers"]
-            assert isinstance(workers, dict) and workers["processes"] == 2 and workers["restarts"] == 0
-            assert sum(workers["targets"]) == 6
-            pids = workers["pids"]
+            shown = service()["parse_workers"]
+            assert isinstance(shown, dict) and shown["processes"] == 2 and shown["restarts"] == 0
+            assert sum(shown["targets"]) == 6
+            pids = shown["pids"]
             assert pids and all(pid != os.getpid() for pid in pids)
 
             def derived() -> bool:  # the rates of a target need its second scrape, then a publish
@@ -258,7 +258,8 @@ def test_serve_parses_in_its_workers_and_ends_them() -> None:
                     line.startswith("inference_requests_per_second{") and 'target="t0"' in line for line in lines)
 
             wait_for(derived, 60)
-            assert monitor.service.after_answer == monitor.heap.tick  # what the answers made, frozen on the loop
+            workers = monitor.service.workers
+            assert workers is not None and workers.after_answer == monitor.heap.tick  # answers frozen as read
         assert not monitor.service.workers or not monitor.service.workers.pids()
         assert not any(alive(pid) for pid in pids)  # ended, and reaped
 
