@@ -102,6 +102,7 @@ class Ingested:
 
 _HEADER = struct.Struct("!Q")  # each message: its length, then its pickle
 _PIPE_BYTES = 1 << 20  # a 342 KB page in one write, where the kernel allows it (pipe-max-size)
+_NICENESS = 5  # the workers' scheduling priority below the monitor's (CFS: about a third of its weight)
 
 
 class _Process:
@@ -326,6 +327,10 @@ def serve(index: int) -> None:
     """A worker's life (`python -m monitor.service.parse_worker N`): requests off stdin, answers to
     stdout, one at a time, until stdin ends."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group: the monitor ends us
+    # Below the monitor's own process: where cores are short, its loop (/healthz, the API, the
+    # fetches) goes first and the parsing waits, as the pages' lag says.
+    with contextlib.suppress(OSError):
+        os.nice(_NICENESS)
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s %(levelname)s %(name)s [parse worker {index}]: %(message)s")
     requests = os.fdopen(os.dup(0), "rb", buffering=_PIPE_BYTES)
