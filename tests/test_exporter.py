@@ -41,3 +41,13 @@ def test_values_are_written_as_prometheus_client_writes_them() -> None:
     rng = random.Random(7)
     values = tricky + [rng.uniform(-1, 1) * 10.0 ** rng.randint(-12, 24) for _ in range(5000)]
     assert [_go_float(v) for v in values] == [floatToGoString(v) for v in values]
+
+
+def test_the_body_encoded_a_slice_at_a_time_is_the_whole_join() -> None:
+    from monitor.exporter import _SLICE, encode_parts
+
+    parts = [f'm{{target="t{i}",model="é{i % 7}"}} {i * 0.5}\n' for i in range(3 * _SLICE + 17)]
+    parts[_SLICE - 1] = "x" * 100_000 + "\n"  # a family's whole text as one part
+    assert encode_parts(parts) == "".join(parts).encode()
+    assert encode_parts(parts[:_SLICE]) == "".join(parts[:_SLICE]).encode()
+    assert encode_parts([]) == b""
