@@ -5,19 +5,23 @@ its target's numbers: one interpreter, so the process tops out near one core. At
 of 10 models that thread needed more than a core, fell behind, and held the interpreter the loop
 answers `/healthz` with (#22). With `parse_workers: N` each target belongs to one of N processes
 (a hash of its name). That process keeps the target's parser, series stores and baseline, parses
-each page the loop fetched, and derives the target's numbers; the loop gets back what the view,
-`/metrics` and the status read (`Ingested`: the gauges, the derived numbers and rates, the
-baseline point to store): ~0.4 ms to read against ~10 ms of work on a 10-model page.
+each page the loop fetched, derives the target's numbers and writes its lines of /metrics; the
+loop gets back what the view, `/metrics` and the status read (`Ingested`: the gauges, the
+derived numbers, the rates compacted to a row each, the lines, the baseline point to store):
+~0.4 ms to read against ~10 ms of work on a 10-model page.
 
     workers = ParseWorkers(settings.service, 2)
     collector = ServiceCollector(settings.service, client, health, workers=workers)
     await collector.scrape(state, cpu)     # the page goes to the target's process
-    workers.shutdown()                     # ends the processes it started
+    await workers.aclose()                 # ends the processes it started
 
-A worker that dies (killed, out of memory) fails the scrapes it had in hand as the monitor's
-fault (`MonitorFault`: the target keeps its state, the collector's health says so); the next
-scrape of its targets starts a new process, which gets each target's stored baseline points with
-its first page. Their windows start afresh there: rates come back after two scrapes.
+Each worker is `python -m monitor.service.parse_worker N`, at nice 5, with the loop writing
+length-prefixed pickles to its stdin and reading its answers off its stdout: no thread of the
+monitor's sits in between. A worker that dies (killed, out of memory) fails the page it had in
+hand as the monitor's fault (`MonitorFault`: the target keeps its state, the collector's health
+says so); one found dead between pages is replaced before the next. The new process gets each
+target's stored baseline points with its first page. Their windows start afresh there: rates
+come back after two scrapes.
 """
 
 from __future__ import annotations
@@ -122,6 +126,8 @@ class _Process:
     async def call(self, kind: str, *args: object) -> Any:
         stdin = self.process.stdin
         assert stdin is not None
+        if self.reader.done():
+            raise self.lost()  # no answer would ever be read
         request = next(self.ids)
         answer = asyncio.get_running_loop().create_future()
         self.waiting[request] = answer
