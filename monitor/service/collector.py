@@ -351,17 +351,20 @@ class ServiceCollector:
     ) -> None:
         """`_ingest_and_derive` in the parse worker that keeps this target's series; what the
         view and the status read comes back (`Ingested`)."""
+        generation = workers.generation(state.target.name)
         reload = None
-        if state.sent_to != workers.generation(state.target.name):
+        if state.sent_to != generation:
             reload = self.stored_points(state.target.name)  # a new state, or a new worker process
         try:
             done = await workers.ingest(state, reload, text, openmetrics, ts)
-        except BaseException:
-            state.derived = None  # as `_ingest_and_derive` leaves it when the page fails
+        except (MonitorFault, asyncio.CancelledError):
+            state.derived = None  # the points may not have reached the worker: they go with the next page
             raise
-        finally:
-            # The points went with the page unless the worker died under it (then its generation moved on).
-            state.sent_to = workers.generation(state.target.name) if reload is not None else state.sent_to
+        except Exception:
+            state.derived = None  # as `_ingest_and_derive` leaves it when the page fails
+            state.sent_to = generation  # the worker read the points before the page failed
+            raise
+        state.sent_to = generation
         done.apply(state)
         if reload:
             log.info("target %s: %d baseline points reloaded from the store", state.target.name, len(reload))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from operator import itemgetter
 from typing import TypeVar
@@ -376,9 +376,7 @@ def _row(rates: Rates) -> tuple[RowKeys, Floats]:
         keys: RowKeys = (tuple(rates.counters), tuple((m, tuple(b)) for m, b in rates.buckets.items()),
                          tuple(rates.baseline_counters),
                          tuple((m, tuple(b)) for m, b in rates.baseline_buckets.items()))
-        if len(_LAYOUTS) >= _LAYOUTS_LIMIT:
-            _LAYOUTS.clear()
-        keys = _LAYOUTS.setdefault(keys, keys)
+        keys = _intern(keys)
         values = np.fromiter(chain(rates.counters.values(), *map(dict.values, rates.buckets.values()),
                                    rates.baseline_counters.values(),
                                    *map(dict.values, rates.baseline_buckets.values())), dtype=np.float64)
@@ -390,20 +388,15 @@ def compact(rates: Rates) -> Rates:
     """The same rates with their counters and buckets in their row alone: what a parse worker
     sends (a 10-model target's rates were ~5,000 dict entries to read back and keep a scrape).
     `expand` gives the dicts back; the fleet sums read the row."""
-    keys, values = _row(rates)
-    return Rates(http_errors=rates.http_errors, http_all=rates.http_all,
-                 baseline_generation=rates.baseline_generation, covered_generation=rates.covered_generation,
-                 baseline_coverage=rates.baseline_coverage, row=(keys, values))
+    return replace(rates, counters={}, buckets={}, baseline_counters={}, baseline_buckets={}, row=_row(rates))
 
 
 def expand(rates: Rates) -> Rates:
     """The dicts of compacted rates (`compact`) made again from their row; other rates as they are."""
     if rates.row is None or rates.counters or rates.buckets or rates.baseline_counters or rates.baseline_buckets:
         return rates
-    keys, values = rates.row
-    out = Rates(http_errors=rates.http_errors, http_all=rates.http_all, baseline_generation=rates.baseline_generation,
-                covered_generation=rates.covered_generation, baseline_coverage=rates.baseline_coverage, row=rates.row)
-    _fill(out, keys, values.tolist())
+    out = replace(rates, counters={}, buckets={}, baseline_counters={}, baseline_buckets={})
+    _fill(out, rates.row[0], rates.row[1].tolist())
     return out
 
 
@@ -415,10 +408,15 @@ def intern_row(rates: Rates, known: dict[int, RowKeys]) -> None:
     keys, values = rates.row
     canonical = known.get(id(keys))
     if canonical is None:
-        if len(_LAYOUTS) >= _LAYOUTS_LIMIT:
-            _LAYOUTS.clear()
-        canonical = known[id(keys)] = _LAYOUTS.setdefault(keys, keys)
+        canonical = known[id(keys)] = _intern(keys)
     rates.row = (canonical, values)
+
+
+def _intern(keys: RowKeys) -> RowKeys:
+    """The one object equal layouts share."""
+    if len(_LAYOUTS) >= _LAYOUTS_LIMIT:
+        _LAYOUTS.clear()
+    return _LAYOUTS.setdefault(keys, keys)
 
 
 def _fill(total: Rates, keys: RowKeys, summed: list[float]) -> None:

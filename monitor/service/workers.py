@@ -163,7 +163,7 @@ class _Process:
                 else:
                     answer.set_exception(value)
         except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the process ended
+            log.debug("parse worker %d: its answers ended (exit status %s)", self.slot, self.process.returncode)
         finally:
             for answer in self.waiting.values():
                 if not answer.done():

@@ -22,7 +22,7 @@ from monitor.config import ConfigError, ServiceSettings, load_settings
 from monitor.exporter import TextWriter, make_registry, render_text
 from monitor.health import HealthBook
 from monitor.runtime import Monitor
-from monitor.service.collector import COLLECTOR, ServiceCollector, ServiceView
+from monitor.service.collector import COLLECTOR, MonitorFault, ServiceCollector, ServiceView
 from monitor.service.derive import expand
 from monitor.service.render import ServiceText, render_service
 from monitor.service.workers import ParseWorkers
@@ -267,3 +267,40 @@ def test_serve_parses_in_its_workers_and_ends_them() -> None:
 def test_parse_workers_is_checked_at_start() -> None:
     with pytest.raises(ConfigError, match="parse_workers"):
         load_settings(None, {"service": {"parse_workers": -1}})
+
+
+class DyingWorkers:
+    """A stand-in for the collector's side of a worker that dies under every page (the real one's
+    death is above): each page raises `MonitorFault` and moves the worker's generation on."""
+
+    def __init__(self) -> None:
+        self.generations = 0
+        self.reloads: list[object] = []
+
+    def generation(self, name: str) -> int:
+        return self.generations
+
+    async def ingest(self, state: object, reload: object, *page: object) -> object:
+        self.reloads.append(reload)
+        self.generations += 1
+        raise MonitorFault("parse worker 0 ended while it read this page")
+
+    def forget(self, name: str) -> None:
+        return None
+
+
+def test_baseline_points_lost_with_a_dead_worker_go_again_with_the_next_page() -> None:
+    workers = DyingWorkers()
+
+    async def run() -> None:
+        async with httpx.AsyncClient(transport=growing_transport(set())) as client:
+            collector = ServiceCollector(service_settings(), client, HealthBook(),
+                                         workers=workers)  # type: ignore[arg-type]
+            state = collector.targets["vllm"]
+            with ThreadPoolExecutor(1) as cpu:
+                for _ in range(2):
+                    await collector.scrape(state, cpu)
+            assert state.up is False and state.error is None and state.derived is None  # no verdict
+
+    asyncio.run(run())
+    assert workers.reloads == [[], []]  # the points (none stored here) went with both pages
