@@ -50,6 +50,7 @@ def main() -> None:
     print(table(outcomes))
     if args.json:
         args.json.write_text(json.dumps([{"scenario": o.scenario.name, "fault_at": o.fault_at, "clear_at": o.clear_at,
+                                          "drained_at": o.drained_at,
                                           "transitions": [dataclasses.asdict(t) for t in o.transitions]}
                                          for o in outcomes], indent=1))
     total = score(outcomes)

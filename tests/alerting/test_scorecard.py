@@ -26,7 +26,10 @@ def _param(scenario: Scenario) -> object:
 
 
 def _story(outcome: Outcome) -> str:
-    return "\n".join(f"{t.phase} {t.at:.0f}s {t.name} {t.status} cause={t.cause or '-'}" for t in outcome.transitions)
+    phases = (f"fault at {outcome.fault_at or 0:.0f}s, cleared at {outcome.clear_at or 0:.0f}s, "
+              f"drained at {outcome.drained_at or 0:.0f}s")
+    lines = [f"{t.phase} {t.at:.0f}s {t.name} {t.status} cause={t.cause or '-'}" for t in outcome.transitions]
+    return "\n".join([phases, *lines])
 
 
 @pytest.mark.parametrize("scenario", [_param(s) for s in SCENARIOS])
