@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobEvent
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 
@@ -65,6 +65,9 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
             packed = await run_in_threadpool(latest.gzipped)  # once per render, off the loop
             return Response(packed, media_type=CONTENT_TYPE_LATEST,
                             headers={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
+        if latest is not None and len(latest.chunks) > 1:  # sent piece by piece, never joined on the loop
+            return StreamingResponse(_pieces(latest.chunks), media_type=CONTENT_TYPE_LATEST,
+                                     headers={"Content-Length": str(latest.size)})
         return Response(monitor.metrics_text(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")
@@ -104,6 +107,11 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     add_overview_routes(app, monitor)
 
     return app
+
+
+async def _pieces(chunks: tuple[bytes, ...]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
 
 
 def _on_sighup(monitor: Monitor) -> None:

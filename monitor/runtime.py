@@ -359,7 +359,7 @@ class Monitor:
                     changes = self.alerting.changes()
             else:  # read back and advanced in the worker thread, off the loop
                 loop = asyncio.get_running_loop()
-                done = await loop.run_in_executor(self.cpu, self.alerting.advance_page, latest.body,
+                done = await loop.run_in_executor(self.cpu, self.alerting.advance_page, latest.chunks,
                                                   latest.rendered_at, slack)
                 if done is None:
                     return

@@ -3,6 +3,7 @@
 import math
 import random
 
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString
@@ -43,11 +44,16 @@ def test_values_are_written_as_prometheus_client_writes_them() -> None:
     assert [_go_float(v) for v in values] == [floatToGoString(v) for v in values]
 
 
-def test_the_body_encoded_a_slice_at_a_time_is_the_whole_join() -> None:
-    from monitor.exporter import _SLICE, encode_parts
+def test_the_body_encoded_a_piece_at_a_time_is_the_whole_join(monkeypatch: pytest.MonkeyPatch) -> None:
+    from monitor import exporter
 
-    parts = [f'm{{target="t{i}",model="é{i % 7}"}} {i * 0.5}\n' for i in range(3 * _SLICE + 17)]
-    parts[_SLICE - 1] = "x" * 100_000 + "\n"  # a family's whole text as one part
-    assert encode_parts(parts) == "".join(parts).encode()
-    assert encode_parts(parts[:_SLICE]) == "".join(parts[:_SLICE]).encode()
-    assert encode_parts([]) == b""
+    monkeypatch.setattr(exporter, "CHUNK", 4096)
+    parts = [f'm{{target="t{i}",model="é{i % 7}"}} {i * 0.5}\n' for i in range(3000)]
+    parts[1000] = "x" * 100_000 + "\n"  # a family's whole text as one part
+    chunks = exporter.encode_chunks(parts)
+    assert b"".join(chunks) == exporter.encode_parts(parts) == "".join(parts).encode()
+    # Cut between parts (so at line ends), each piece about CHUNK characters; a part is never split.
+    assert all(chunk.endswith(b"\n") for chunk in chunks) and 20 < len(chunks) < 40
+    assert all(len(chunk.decode()) >= 4096 for chunk in chunks[:-1])
+    assert max(len(chunk.decode()) for chunk in chunks if b"x" not in chunk) < 4096 + 100
+    assert exporter.encode_chunks([]) == [] and exporter.encode_parts([]) == b""

@@ -163,7 +163,8 @@ class EmbeddedEvaluator:
             return None  # (a rule held back at that instant is evaluated once its collector is in)
         return self._advance(samples, ts, slack)
 
-    def advance_page(self, body: bytes, ts: float, slack: float) -> tuple[list[Alert], StateChanges] | None:
+    def advance_page(self, body: bytes | Sequence[bytes], ts: float,
+                     slack: float) -> tuple[list[Alert], StateChanges] | None:
         """`advance` and `changes` on a rendered /metrics page, in one go: what `infermon serve`
         runs in its worker thread each publish tick, off the loop (at 1,000 series matching a rule
         an evaluation took ~80 ms quiet and ~170 ms beside the scrapes: a stall of /healthz)."""
@@ -172,8 +173,8 @@ class EmbeddedEvaluator:
             alerts = self.advance(samples, ts, slack)
             return None if alerts is None else (alerts, self.changes())
 
-    def _read_back(self, body: bytes) -> dict[str, Sequence[Sample]]:
-        """The samples the rules read, from the rendered page (in the worker thread)."""
+    def _read_back(self, body: bytes | Sequence[bytes]) -> dict[str, Sequence[Sample]]:
+        """The samples the rules read, from the rendered page or its pieces (in the worker thread)."""
         return self._reader.read(body)
 
     def _advance(self, samples: Mapping[str, Sequence[Sample]], ts: float, slack: float) -> list[Alert]:

@@ -20,17 +20,20 @@ family's layout is what the next tick compares with.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from monitor.alerting.expr import Matcher, Sample, Series
 from monitor.promtext import Labels, Parser, family_names
 
-_TYPE = b"\n# TYPE "
 # A line's last blank-separated field (its value, on a line that is `head value`), and the same
 # field when it can be a value read by `float` as the parser reads it (no '_', no blank).
 _TAIL = re.compile(rb" [^ \n]*$", re.MULTILINE)
 _VALUE = re.compile(rb" ([^ \n_]+)$", re.MULTILINE)
+# A family's lines are read this many bytes at a time, each piece one call of `re` in C that holds
+# the GIL: a family of 60,000 lines (6 MB) read in one call held it 30-50 ms, and the event loop
+# (/healthz) waited that long. 256 KB is about 1 ms.
+SLICE = 1 << 18
 
 Matches = dict[tuple[Matcher, ...], list[int]]
 
@@ -98,33 +101,27 @@ class PageReader:
         self.values_only = 0  # families with samples read by their values alone (all `read` calls)
         self.parsed = 0  # families with samples parsed in full
 
-    def read(self, body: bytes) -> dict[str, Sequence[Sample]]:
+    def read(self, body: bytes | Sequence[bytes]) -> dict[str, Sequence[Sample]]:
+        """The samples of the page `body`: one bytes object, or the render's pieces in order
+        (`Exposition.chunks`; a family cut between two pieces is joined, the page never)."""
         if len(self.kept) > self.limit:
             self.kept.clear()
             self.layouts.clear()
+        chunks = (body,) if isinstance(body, bytes) else body
         out: dict[str, Sequence[Sample]] = {}
         seen: set[str] = set()
-        for start in _type_lines(body):
-            line_end = body.find(b"\n", start)
-            if line_end < 0:
-                line_end = len(body)
-            declared = body[start:line_end].split()
-            family = declared[2].decode() if len(declared) >= 3 else ""
-            if family not in self.families:
-                continue
+        for family, type_line, run in _families(chunks, self.families):
             if family in seen:  # a family twice: not a page this process renders; read all of it
-                return dict(exposition_samples(body, self.names, self._parser, self.kept))
+                return dict(exposition_samples(b"".join(chunks), self.names, self._parser, self.kept))
             seen.add(family)
-            run_end = body.find(b"\n#", line_end)
-            run_end = len(body) if run_end < 0 else run_end + 1
-            self._run(family, body[start:line_end + 1], body[line_end + 1:run_end], out)
+            self._run(family, type_line, run, out)
         return out
 
     def _run(self, family: str, type_line: bytes, run: bytes, out: dict[str, Sequence[Sample]]) -> None:
         """Read one family's sample lines (`run`) into `out`."""
         if not run:
             return  # a family without samples (its layout kept for when they are back)
-        heads = _TAIL.sub(b"", run)
+        heads = b"".join([_TAIL.sub(b"", piece) for piece in _slices(run)])
         layout = self.layouts.get(family)
         if layout is None or layout.heads != heads:
             # Series come or gone (a target stale, or back): their lines were read before, each
@@ -169,20 +166,76 @@ class PageReader:
 def _values(run: bytes, count: int) -> list[float] | None:
     """The `count` values of a family's lines, read as the parser reads them; None when a line's
     value is not one (the full parse then says what it is)."""
-    tails = _VALUE.findall(run)
-    if len(tails) != count:
-        return None
+    values: list[float] = []
     try:
-        return list(map(float, tails))
+        for piece in _slices(run):
+            values += map(float, _VALUE.findall(piece))
     except ValueError:
         return None
+    return values if len(values) == count else None
 
 
-def _type_lines(body: bytes) -> Iterator[int]:
-    """Where each `# TYPE` line starts."""
-    if body.startswith(_TYPE[1:]):
-        yield 0
-    at = body.find(_TYPE)
-    while at >= 0:
-        yield at + 1
-        at = body.find(_TYPE, at + 1)
+def _slices(run: bytes) -> Iterator[memoryview]:
+    """`run` in pieces of about `SLICE` bytes, each a whole number of lines (the GIL is free
+    between them)."""
+    view, start, size = memoryview(run), 0, len(run)
+    while start < size:
+        end = run.find(b"\n", start + SLICE - 1)
+        end = size if end < 0 else end + 1
+        yield view[start:end]
+        start = end
+
+
+def _families(chunks: Iterable[bytes], wanted: Collection[str]) -> Iterator[tuple[str, bytes, bytes]]:
+    """Each `wanted` family of the page: its name, its `# TYPE` line (with its line end) and the lines
+    after it up to the next comment line (its samples), across the page's pieces in order."""
+    current: tuple[str, bytes, list[bytes]] | None = None  # the family being read, its lines so far
+    skipping = False  # in a family not wanted: its lines are passed over
+    for chunk in _whole_lines(chunks):
+        at, size = 0, len(chunk)
+        while at < size:
+            if current is not None or skipping:  # its samples run to the next line that starts with '#'
+                if chunk.startswith(b"#", at):
+                    end = at
+                else:
+                    hit = chunk.find(b"\n#", at)
+                    end = size if hit < 0 else hit + 1
+                if end > at and current is not None:
+                    current[2].append(chunk[at:end])
+                if end == size:
+                    break  # it goes on in the next piece
+                if current is not None:
+                    yield current[0], current[1], current[2][0] if len(current[2]) == 1 else b"".join(current[2])
+                current, skipping, at = None, False, end
+            if chunk.startswith(b"# TYPE ", at):
+                start = at
+            else:
+                hit = chunk.find(b"\n# TYPE ", at)
+                if hit < 0:
+                    break
+                start = hit + 1
+            line_end = chunk.find(b"\n", start)
+            line_end = size if line_end < 0 else line_end + 1
+            type_line = chunk[start:line_end]
+            declared = type_line.split()
+            family = declared[2].decode() if len(declared) >= 3 else ""
+            if family in wanted:
+                current = (family, type_line, [])
+            else:
+                skipping = True
+            at = line_end
+    if current is not None:
+        yield current[0], current[1], b"".join(current[2])
+
+
+def _whole_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The pieces, a piece that ends within a line joined with the next (the renders' never do)."""
+    carry: list[bytes] = []
+    for chunk in chunks:
+        if not chunk.endswith(b"\n"):
+            carry.append(chunk)
+            continue
+        yield b"".join([*carry, chunk]) if carry else chunk
+        carry = []
+    if carry:
+        yield b"".join(carry)

@@ -242,11 +242,14 @@ class ServiceText:
         fleet[_STALE_COUNT] = _text(stale, writer)
         every = [lines.texts for lines in kept.values()]
         for name, head in self._headers.items():
-            body = "".join([texts[name] for texts in every if name in texts])
-            body += fleet.get(name, "")
-            if body:
+            # Each target's text a part of its own (never one join of a family's 6 MB: `encode_chunks`
+            # cuts the page between parts, the interpreter free between its pieces).
+            body = [texts[name] for texts in every if name in texts]
+            if name in fleet:
+                body.append(fleet[name])
+            if any(body):
                 out.append(head)
-                out.append(body)
+                out.extend(body)
 
     def _texts(self, view: ServiceView, writer: TextWriter) -> dict[str, str]:
         """Family name -> its sample lines, for the families with samples (the stale count left out)."""

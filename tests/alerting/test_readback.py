@@ -4,7 +4,9 @@ parsed again."""
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.fleet_view import build
+from monitor.alerting import readback
 from monitor.alerting.embedded import EmbeddedEvaluator
 from monitor.alerting.expr import Sample
 from monitor.alerting.readback import PageReader, exposition_samples
@@ -69,7 +72,15 @@ def names() -> set[str]:
     return EmbeddedEvaluator(rules, Store("sqlite://").engine).metrics | {"inference_test_requests_total"}
 
 
-def test_page_after_page_the_reader_gives_what_a_full_parse_gives(pages: dict[str, bytes]) -> None:
+# A family's lines are read a slice at a time (the GIL free between slices): whole, a line each, and
+# pieces of a few lines give the same samples, the same values-only reads and the same refusals.
+SLICES = pytest.mark.parametrize("slice_bytes", [readback.SLICE, 1, 300])
+
+
+@SLICES
+def test_page_after_page_the_reader_gives_what_a_full_parse_gives(pages: dict[str, bytes], slice_bytes: int,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(readback, "SLICE", slice_bytes)
     wanted = names()
     reader = PageReader(wanted)
     order = ["first", "first", "moved", "odd", "moved", "one series gone", "one series gone", "first",
@@ -93,7 +104,10 @@ def test_page_after_page_the_reader_gives_what_a_full_parse_gives(pages: dict[st
     assert parsed == [every + 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 1, 1, 2, 1]
 
 
-def test_a_line_that_is_not_head_value_is_never_read_by_its_values(pages: dict[str, bytes]) -> None:
+@SLICES
+def test_a_line_that_is_not_head_value_is_never_read_by_its_values(pages: dict[str, bytes], slice_bytes: int,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(readback, "SLICE", slice_bytes)
     stamped = (b"# HELP inference_target_up x\n# TYPE inference_target_up gauge\n"
                b'inference_target_up{target="a"} 1 1700000000000\n')
     reader = PageReader({"inference_target_up"})
@@ -139,3 +153,29 @@ def test_the_series_keep_their_dicts_and_their_matches_while_the_layout_holds(pa
     changed = reader.read(pages["a label changed"])["inference_ttft_seconds"]
     assert changed.matches is not first.matches  # type: ignore[attr-defined]
     assert changed.labels[0] is first.labels[0]  # type: ignore[attr-defined]  # a series kept: its dict kept
+
+
+def test_a_page_in_pieces_reads_as_the_whole_page(pages: dict[str, bytes]) -> None:
+    # The render's pieces (`Exposition.chunks`) cut between lines, a family across several of them;
+    # pieces cut within a line, or at a comment line, read the same too.
+    wanted = names()
+    whole, pieces = PageReader(wanted), PageReader(wanted)
+    rng = random.Random(3)
+    for name in ["first", "moved", "odd", "one series gone", "first", "a family empty", "a series twice", "first"]:
+        page = pages[name]
+        lines = page.splitlines(keepends=True)
+        cuts = sorted(rng.sample(range(1, len(lines)), 40))
+        by_lines = [b"".join(lines[a:b]) for a, b in zip([0, *cuts], [*cuts, len(lines)], strict=True)]
+        anywhere = sorted(rng.sample(range(1, len(page)), 60))
+        by_bytes = [page[a:b] for a, b in zip([0, *anywhere], [*anywhere, len(page)], strict=True)]
+        expected = shown(whole.read(page))
+        counts: list[tuple[int, int]] = []
+        assert expected == shown(exposition_samples(page, wanted)), name
+        for form in (by_lines, by_bytes, [page]):
+            counts.append((pieces.values_only, pieces.parsed))
+            assert shown(pieces.read(form)) == expected, name
+        counts.append((pieces.values_only, pieces.parsed))
+        steps = [(b[0] - a[0], b[1] - a[1]) for a, b in itertools.pairwise(counts)]
+        # The same page again, in pieces cut anywhere or whole: read by its values alike.
+        assert steps[1] == steps[2], (name, steps)
+        assert name == "a series twice" or steps[1][0] > 5, (name, steps)
