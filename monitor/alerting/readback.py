@@ -190,23 +190,22 @@ def _families(chunks: Iterable[bytes], wanted: Collection[str]) -> Iterator[tupl
     """Each `wanted` family of the page: its name, its `# TYPE` line (with its line end) and the lines
     after it up to the next comment line (its samples), across the page's pieces in order."""
     current: tuple[str, bytes, list[bytes]] | None = None  # the family being read, its lines so far
-    skipping = False  # in a family not wanted: its lines are passed over
     for chunk in _whole_lines(chunks):
         at, size = 0, len(chunk)
         while at < size:
-            if current is not None or skipping:  # its samples run to the next line that starts with '#'
+            if current is not None:  # its samples run to the next line that starts with '#'
                 if chunk.startswith(b"#", at):
                     end = at
                 else:
                     hit = chunk.find(b"\n#", at)
                     end = size if hit < 0 else hit + 1
-                if end > at and current is not None:
+                if end > at:
                     current[2].append(chunk[at:end])
                 if end == size:
                     break  # it goes on in the next piece
-                if current is not None:
-                    yield current[0], current[1], current[2][0] if len(current[2]) == 1 else b"".join(current[2])
-                current, skipping, at = None, False, end
+                yield current[0], current[1], current[2][0] if len(current[2]) == 1 else b"".join(current[2])
+                current, at = None, end
+            # The next `# TYPE` line (a family not wanted is passed over to it: no search for its end).
             if chunk.startswith(b"# TYPE ", at):
                 start = at
             else:
@@ -221,8 +220,6 @@ def _families(chunks: Iterable[bytes], wanted: Collection[str]) -> Iterator[tupl
             family = declared[2].decode() if len(declared) >= 3 else ""
             if family in wanted:
                 current = (family, type_line, [])
-            else:
-                skipping = True
             at = line_end
     if current is not None:
         yield current[0], current[1], b"".join(current[2])
