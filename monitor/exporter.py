@@ -111,11 +111,6 @@ def encode_chunks(parts: list[str]) -> list[bytes]:
     return chunks
 
 
-def encode_parts(parts: list[str]) -> bytes:
-    """`"".join(parts).encode()` (a small page's: one bytes object)."""
-    return b"".join(encode_chunks(parts))
-
-
 def header(fam: Metric) -> str:
     """The family's HELP and TYPE lines."""
     name = f"{fam.name}_total" if fam.type == "counter" else fam.name

@@ -441,7 +441,13 @@ def _sum_by_rows(total: Rates, each: list[Rates]) -> bool:
     keys = rows[0][0]
     if any(other is not keys for other, _ in rows) or not rows[0][1].size:
         return False
-    summed = (0.0 + np.add.accumulate(np.stack([values for _, values in rows]), axis=0)[-1]).tolist()
+    # Row after row, in place: the loop's order, so its floats bit for bit (`add.accumulate` over the
+    # stacked rows gave the same, but copied 1,000 rows and wrote every partial sum: ~180 ms of one
+    # publish tick at 1,000 ten-model targets, in calls of several milliseconds that held the GIL).
+    acc = rows[0][1].copy()
+    for _, values in rows[1:]:
+        np.add(acc, values, out=acc)
+    summed = (0.0 + acc).tolist()
     _fill(total, keys, summed)
     return True
 
