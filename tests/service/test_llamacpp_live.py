@@ -152,13 +152,17 @@ def test_judge_counts_an_unfinished_structured_answer_as_a_judge_error(server: L
 
 
 def test_check_names_what_the_engine_leaves_out_and_the_latency_source(server: LlamaServer, tmp_path: Path) -> None:
-    """`infermon check` (a real process) against the live server, with a canary through its API."""
+    """`infermon check` (a real process) against the live server, with a canary through its API.
+    The probe's prompt has no nonce: with the server's fixed seed its answer is the same every
+    run. With a fresh nonce the random model's first token was its end of turn in one run (an
+    `empty_answer`, and `check` failed, beside two CPU hogs)."""
     config = tmp_path / "edge.yaml"
     config.write_text(
         "infra: {nvml: {enabled: 'false'}}\nalerting: {enabled: false}\n"
         f"service:\n  targets: [{{name: edge, url: '{server.url}/metrics', model: {MODEL_NAME}}}]\n"
         "canary:\n  probes:\n"
-        f"    - {{name: edge, base_url: '{server.url}/v1', model: {MODEL_NAME}, target: edge, max_tokens: 8}}\n")
+        f"    - {{name: edge, base_url: '{server.url}/v1', model: {MODEL_NAME}, target: edge, max_tokens: 8,"
+        " nonce: false}\n")
     result = subprocess.run([sys.executable, "-m", "monitor.cli", "check", "--config", str(config)],
                             capture_output=True, text=True, timeout=120, check=False,
                             env={**os.environ, "INFERMON_STORAGE__URL": "sqlite://"})
