@@ -201,7 +201,7 @@ class Exposition:
     @functools.cached_property
     def body(self) -> bytes:
         """The whole page as one bytes object (joined once, when first asked for)."""
-        return self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+        return b"".join(self.chunks)  # one piece: itself, not a copy
 
     @property
     def size(self) -> int:

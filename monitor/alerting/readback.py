@@ -203,7 +203,7 @@ def _families(chunks: Iterable[bytes], wanted: Collection[str]) -> Iterator[tupl
                     current[2].append(chunk[at:end])
                 if end == size:
                     break  # it goes on in the next piece
-                yield current[0], current[1], current[2][0] if len(current[2]) == 1 else b"".join(current[2])
+                yield current[0], current[1], b"".join(current[2])  # one piece: itself, not a copy
                 current, at = None, end
             # The next `# TYPE` line (a family not wanted is passed over to it: no search for its end).
             if chunk.startswith(b"# TYPE ", at):
@@ -229,10 +229,9 @@ def _whole_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
     """The pieces, a piece that ends within a line joined with the next (the renders' never do)."""
     carry: list[bytes] = []
     for chunk in chunks:
-        if not chunk.endswith(b"\n"):
-            carry.append(chunk)
-            continue
-        yield b"".join([*carry, chunk]) if carry else chunk
-        carry = []
+        carry.append(chunk)
+        if chunk.endswith(b"\n"):
+            yield b"".join(carry)  # one piece: itself, not a copy
+            carry = []
     if carry:
         yield b"".join(carry)
