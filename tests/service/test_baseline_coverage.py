@@ -70,7 +70,7 @@ async def constant_load(url: str, stop: asyncio.Event, rps: float = 50.0) -> Non
             await asyncio.sleep(max(0.0, started + sent / rps - loop.time()))
 
 
-Seen = tuple[float, float | None, str, float]  # elapsed, ratio, baseline state, the cycle's monotonic time
+Seen = tuple[float, float | None, str, float]  # elapsed, ratio, baseline state, when the view was derived
 
 
 class TokenLog:
@@ -95,21 +95,26 @@ class TokenLog:
         return self.rate(at - WINDOW, at) / self.rate(max(at - WINDOW - BASELINE, since), at - WINDOW)
 
 
-def observe(monitor: Monitor) -> tuple[float | None, str]:
+def observe(monitor: Monitor) -> tuple[float | None, str, float]:
+    """The ratio, the baseline's state, and the time the view was derived at (its clock: the
+    monitor's `wall`, which the tests set to the simulator's, time.monotonic)."""
     stats = monitor.service.view.targets["sim"].stats.get((MODEL, "4s"))
     (row,) = monitor.service.status()
-    return (stats.throughput_baseline_ratio if stats else None), row["baseline"].get(MODEL, {}).get("4s", "")
+    ratio = stats.throughput_baseline_ratio if stats else None
+    return ratio, row["baseline"].get(MODEL, {}).get("4s", ""), monitor.service.view.ts
 
 
 async def cycles(monitor: Monitor, seconds: float) -> list[Seen]:
-    """Collect once a second on the real clock; (elapsed, ratio, baseline state, when) after each."""
+    """Collect once a second on the real clock; (elapsed, ratio, baseline state, when) after each,
+    `when` the time the monitor evaluated its rates at (after the scrape: on a busy machine a
+    cycle's scrape can start seconds after the cycle did)."""
     seen = []
     started = time.monotonic()
     while time.monotonic() - started < seconds:
         tick = time.monotonic()
         await monitor.run_once()
-        ratio, state = observe(monitor)
-        seen.append((tick - started, ratio, state, tick))
+        ratio, state, when = observe(monitor)
+        seen.append((tick - started, ratio, state, when))
         await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
     return seen
 
@@ -126,12 +131,12 @@ def test_ratio_is_absent_until_covered_then_about_one_and_survives_a_restart(tmp
             stop = asyncio.Event()
             load = asyncio.create_task(constant_load(server.url, stop))
             try:
-                first = Monitor(config, client=httpx.AsyncClient(trust_env=False))
+                first = Monitor(config, client=httpx.AsyncClient(trust_env=False), wall=time.monotonic)
                 try:
                     warming = await _until_covered(first)
                 finally:
                     await first.aclose()
-                again = Monitor(config, client=httpx.AsyncClient(trust_env=False))
+                again = Monitor(config, client=httpx.AsyncClient(trust_env=False), wall=time.monotonic)
                 try:
                     restarted = await cycles(again, WINDOW + 2.5)
                 finally:
@@ -153,7 +158,7 @@ def test_ratio_is_absent_until_covered_then_about_one_and_survives_a_restart(tmp
     # fraction of its window; the monitor's rate() is extrapolated from 1-s scrapes, the truth not.
     ratio, _, at = covered[-1]
     truth = tokens.ratio(at, since=warming[0][3])
-    assert ratio == pytest.approx(truth, rel=0.25), (truth, warming)
+    assert ratio == pytest.approx(truth, rel=0.25), _story(warming, tokens)
     # Restarted on the same database: the baseline's history was reloaded, so it is ready as soon as
     # the window has two scrapes (the window's own rate then fills up, as Prometheus' would), not
     # WINDOW + 0.9 x BASELINE seconds later.
@@ -164,6 +169,17 @@ def test_ratio_is_absent_until_covered_then_about_one_and_survives_a_restart(tmp
     # one when a scrape ran late on a busy machine), long before a cold start would have it.
     first_t, first_ratio, _, _ = next(seen for seen in restarted if seen[2])
     assert first_ratio is not None and first_t < WINDOW + 0.9 * BASELINE - 1.0, restarted
+
+
+def _story(seen: list[Seen], tokens: TokenLog) -> str:
+    """Each cycle (when, the monitor's ratio, the truth's, the state) and the tokens made each second."""
+    since = seen[0][3]
+    lines = [f"{elapsed:6.2f} s  at {at - since:6.2f}  ratio {ratio!s:>20}  truth "
+             f"{tokens.ratio(at, since) if ratio is not None else '-'!s:>20}  {state}"
+             for elapsed, ratio, state, at in seen]
+    end = seen[-1][3]
+    per_second = [round(tokens.rate(since + s - 1, since + s)) for s in range(1, int(end - since) + 2)]
+    return "\n".join([*lines, f"tokens/s from the first view on: {per_second}"])
 
 
 async def _until_covered(monitor: Monitor) -> list[Seen]:
