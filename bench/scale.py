@@ -198,6 +198,7 @@ def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer | N
     each_rss = {pid: process_rss_bytes(pid) for pid in cpu0}
     cpu = {name: sum(each_cpu[pid] for pid in members) for name, members in group.items()}
     rss = {name: sum(each_rss[pid] for pid in members) for name, members in group.items()}
+    reads = operator_reads(url, args.reads)
     status = httpx.get(f"{url}/api/v1/status", timeout=30).json()
     metrics = httpx.get(f"{url}/metrics", timeout=30).text
     rows = status["layers"]["service"]["targets"]
@@ -220,6 +221,7 @@ def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer | N
         "schedule": status["layers"]["service"].get("schedule"),
         "infra_ticks": (infra_ticks, int(elapsed // 5)),
         "latency": {key: probe.summary() for key, probe in probes.items()},
+        "reads": reads,
     }
     if prom is not None:
         result["up"]["prometheus"] = int(prom_value(prom, 'count(up{job="engines"} == 1)') or 0)
@@ -229,6 +231,36 @@ def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer | N
         result["rule_eval_s"] = sum(g["evaluationTime"] for g in httpx.get(
             f"{prom.url}/api/v1/rules", timeout=30).json()["data"]["groups"])
     return result
+
+
+READS = ("/api/v1/status", "/", "/api/v1/alerts")  # what an operator opens: `infermon status`, the page
+
+
+def operator_reads(url: str, times: int) -> dict[str, dict[str, float]]:
+    """Each of READS `times` times, one after another, with /healthz probed every 20 ms all along:
+    how long each read takes, its size, and the slowest /healthz while they ran (the loop's stall)."""
+    found: dict[str, dict[str, float]] = {}
+    if times <= 0:
+        return found
+    with httpx.Client(timeout=60, trust_env=False) as client:
+        for path in READS:
+            probe, stop = Probe(f"{url}/healthz", 0.02), threading.Event()
+            thread = threading.Thread(target=probe.run, args=(stop,), daemon=True)
+            thread.start()
+            deadline = time.monotonic() + 10
+            while not probe.seconds and time.monotonic() < deadline:  # the probe runs before the reads do
+                time.sleep(0.01)
+            took, size = [], 0
+            for _ in range(times):
+                started = time.perf_counter()
+                answer = client.get(f"{url}{path}")
+                took.append(time.perf_counter() - started)
+                size = len(answer.content)
+            stop.set()
+            thread.join(timeout=15)
+            found[path] = {"seconds": statistics.median(took), "bytes": size,
+                           "healthz_max": max(probe.seconds, default=float("nan"))}
+    return found
 
 
 def report(result: dict[str, Any]) -> str:
@@ -267,6 +299,9 @@ def report(result: dict[str, Any]) -> str:
         ]
     else:
         lines.append(f"page farm CPU {result['farm_cpu']:.0%} of one core")
+    for path, read in result["reads"].items():
+        lines.append(f"read {path}: {read['seconds'] * 1000:.0f} ms, {read['bytes'] / 1e6:.1f} MB; "
+                     f"slowest /healthz meanwhile {read['healthz_max'] * 1000:.0f} ms")
     lines += [
         f"infra layer (8 replayed GPUs, every 5 s): {result['infra_ticks'][0]} runs in the window, "
         f"{result['infra_ticks'][1]} ticks due",
@@ -285,6 +320,9 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2, help="page farm processes")
     parser.add_argument("--parse-workers", type=int, default=0,
                         help="the monitor's service.parse_workers (0: its own worker thread)")
+    parser.add_argument("--reads", type=int, default=3,
+                        help="after the window: GET /api/v1/status, / and /api/v1/alerts this many times "
+                             "each, /healthz probed meanwhile (0: none)")
     parser.add_argument("--alone", action="store_true",
                         help="no Prometheus beside it: where one monitor stops keeping up on this machine "
                              "(side by side on 2 cores, each takes the other's CPU)")

@@ -26,7 +26,7 @@ def test_a_page_of_n_models_carries_every_family_once_per_model() -> None:
 
 def test_the_scale_bench_runs_both_sides_on_multi_model_pages() -> None:
     args = argparse.Namespace(targets=3, models=2, interval=1, seconds=14.0, warmup=8.0, processes=1,
-                              alone=False, parse_workers=0)
+                              alone=False, parse_workers=0, reads=0)
     result = run(args)
     assert result["up"] == {"infermon": 3, "prometheus": 3}
     # Per target, model and window: the monitor's requests/s series and the recording rules' agree.
@@ -41,7 +41,7 @@ def test_the_scale_bench_alone_runs_the_monitor_without_prometheus() -> None:
     # Where one process stops keeping up is measured without Prometheus taking the same cores.
     # With parse workers, their CPU and memory count as the monitor's.
     args = argparse.Namespace(targets=3, models=1, interval=1, seconds=12.0, warmup=6.0, processes=1, alone=True,
-                              parse_workers=2)
+                              parse_workers=2, reads=2)
     result = run(args)
     assert result["up"] == {"infermon": 3} and "prometheus" not in result["cpu"]
     assert result["series"]["infermon"] > 0 and result["rule_eval_s"] is None
@@ -52,3 +52,8 @@ def test_the_scale_bench_alone_runs_the_monitor_without_prometheus() -> None:
     text = report(result)
     assert "the monitor alone (--alone)" in text.splitlines()[0]
     assert "ratios: CPU" not in text and "targets up" in text and "each parse worker" in text
+    # What an operator opens, timed with /healthz probed meanwhile.
+    assert set(result["reads"]) == {"/api/v1/status", "/", "/api/v1/alerts"}
+    assert all(read["bytes"] > 0 and read["seconds"] > 0 and read["healthz_max"] > 0
+               for read in result["reads"].values())
+    assert "read /api/v1/status: " in text
