@@ -1,4 +1,4 @@
-"""Closing a client so that a cancel cannot stop it half way.
+"""Closing a client so that a cancel cannot stop it half way; long jobs on the loop in turns.
 
 httpx's `AsyncClient.aclose()` (httpcore's pool) takes its connections out of the pool, then closes
 them one by one with a checkpoint after each. A task cancelled at one of those checkpoints stops
@@ -11,7 +11,10 @@ connection). anyio's shielded scope, which httpcore uses, does not hold off a pl
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable
+
+SLICE_S = 0.005  # a long job's time on the loop between two turns of the loop's other work
 
 
 async def finish(closing: Awaitable[None]) -> None:
@@ -29,3 +32,18 @@ async def finish(closing: Awaitable[None]) -> None:
     if cancelled:
         raise asyncio.CancelledError
     task.result()
+
+
+class Turns:
+    """`await turn()` between the steps of a long job on the loop (a status of 1,000 targets, a
+    large answer's encoding): the loop's other work gets its turn whenever SLICE_S has passed
+    since the last one. What the job reads is the loop's, so it needs no lock; what the loop
+    changes between two steps, the job reads as it finds it."""
+
+    def __init__(self) -> None:
+        self.since = time.perf_counter()
+
+    async def __call__(self) -> None:
+        if time.perf_counter() - self.since > SLICE_S:
+            await asyncio.sleep(0)
+            self.since = time.perf_counter()

@@ -1,0 +1,67 @@
+"""A large JSON answer encoded a piece at a time on the loop, which keeps answering in between.
+
+At 1,000 ten-model targets `/api/v1/status` is several megabytes and `/api/v1/alerts` lists
+20,000 alerts. FastAPI encodes a returned dict in one call into pydantic's encoder, which holds
+the interpreter all along (up to 376 ms seen): every /healthz probe waited that long. Here the
+containers with many items are walked and each item is encoded by the same encoder
+(`pydantic_core.to_json`, NaN and infinities as null, as FastAPI's answer has them), and the loop
+gets its turn whenever a slice of encoding has taken `aio.SLICE_S`. The bytes are the very bytes
+of FastAPI's answer (`test_jsonpieces`); a thread would not help, the encoder holds the GIL.
+
+Items are read as the walk reaches them: a list the loop changes between two slices is read
+as it was when the walk entered it (its items are taken first), as FastAPI would have read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic_core
+from fastapi import Response
+
+from monitor.aio import Turns
+
+SPLIT = 32  # a dict or list with more items than this is walked item by item, at any depth
+DEPTH = 3  # and every dict and list above this depth (where a big list may lie further down)
+
+
+def encode(value: Any) -> bytes:
+    """One value as FastAPI's answer encodes it (pydantic's encoder; NaN and infinities as null)."""
+    return pydantic_core.to_json(value, inf_nan_mode="null")
+
+
+class _Pieces:
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.turn = Turns()
+
+    async def add(self, value: Any, depth: int) -> None:
+        if isinstance(value, Mapping) and (depth < DEPTH or len(value) > SPLIT):
+            items = list(value.items())
+            self.parts.append(b"{")
+            for index, (key, item) in enumerate(items):
+                self.parts.append(b"," + encode(str(key)) + b":" if index else encode(str(key)) + b":")
+                await self.add(item, depth + 1)
+            self.parts.append(b"}")
+        elif isinstance(value, list | tuple) and (depth < DEPTH or len(value) > SPLIT):
+            self.parts.append(b"[")
+            for index, item in enumerate(list(value)):
+                if index:
+                    self.parts.append(b",")
+                await self.add(item, depth + 1)
+            self.parts.append(b"]")
+        else:
+            self.parts.append(encode(value))
+            await self.turn()
+
+
+async def json_in_pieces(value: Any) -> bytes:
+    """`value` as JSON bytes, the loop answering other requests between slices of the encoding."""
+    pieces = _Pieces()
+    await pieces.add(value, 0)
+    return b"".join(pieces.parts)
+
+
+async def json_response(value: Any, status_code: int = 200) -> Response:
+    return Response(await json_in_pieces(value), status_code=status_code, media_type="application/json")
