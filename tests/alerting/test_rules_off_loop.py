@@ -1,9 +1,11 @@
 """Under `infermon serve` the rules advance in the worker thread, never on the event loop: at
 1,000 series matching a rule an evaluation took ~80 ms quiet and ~170 ms beside the scrapes,
-a stall of /healthz every publish tick (bench.scale). The readers on the loop take its lock."""
+a stall of /healthz every publish tick (bench.scale). The readers on the loop never wait for it:
+they read the alerts the last evaluation left."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 from typing import Any
@@ -66,3 +68,62 @@ def test_the_read_back_keeps_series_dicts_and_equals_a_fresh_read() -> None:
     assert dict(again) == {"target": "a", "__name__": "inference_target_up"}
     fleet = evaluator._read_back(first)["inference_request_error_ratio"][1][0]
     assert "target" not in fleet and fleet["window"] == "5m"
+
+
+def test_the_readers_never_wait_for_an_evaluation_in_progress(tmp_path: Path) -> None:
+    # An evaluation holds the evaluator's lock in the worker thread (a long while at 20,000 alerts);
+    # status, the alerts API, the overview and /metrics' render read what the last one left.
+    path = tmp_path / "rules.yml"
+    path.write_text("""groups:
+  - name: g
+    rules:
+      - alert: Down
+        expr: inference_target_up == 0
+        labels: {severity: critical}
+      - alert: Slow
+        expr: inference_target_up == 1
+        for: 1h
+        labels: {severity: warning, layer: service}
+""")
+    evaluator = EmbeddedEvaluator(load_rules([path]), Store("sqlite://").engine)
+    page = (b'# HELP inference_target_up x\n# TYPE inference_target_up gauge\n'
+            b'inference_target_up{target="a"} 0.0\ninference_target_up{target="b"} 1.0\n'
+            b'inference_target_up{target="c"} 0.0\n')
+    assert evaluator.advance_page(page, 1000.0, 0.0) is not None
+    held, release = threading.Event(), threading.Event()
+
+    def evaluating() -> None:
+        with evaluator.lock:
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=evaluating)
+    holder.start()
+    assert held.wait(10)
+    read: dict[str, Any] = {}
+
+    def readers() -> None:
+        read.update(active=evaluator.active(), first=evaluator.active(limit=2), counts=evaluator.counts(),
+                    status=evaluator.status(), severity=evaluator.firing_by_severity(), metric=evaluator.render())
+
+    reader = threading.Thread(target=readers)
+    reader.start()
+    reader.join(10)
+    done = not reader.is_alive()
+    release.set()
+    holder.join(10)
+    reader.join(10)
+    assert done, "a reader waited for the evaluation's lock"
+    assert sorted((a["labels"]["alertname"], a["labels"]["target"], a["state"]) for a in read["active"]) == [
+        ("Down", "a", "firing"), ("Down", "c", "firing"), ("Slow", "b", "pending")]
+    assert [(a["labels"]["alertname"], a["state"]) for a in read["first"]] == [("Down", "firing")] * 2
+    assert read["counts"] == {("", "Down", "firing"): 2, ("service", "Slow", "pending"): 1}
+    assert (read["status"]["firing"], read["status"]["pending"]) == (2, 1)
+    assert read["severity"] == {"critical": 2, "warning": 0}
+    assert asyncio.run(evaluator.active_in_turns()) == read["active"]  # the alerts API's, made in turns
+    assert {s.labels["severity"]: s.value for s in read["metric"].samples} == {"critical": 2.0, "warning": 0.0}
+    # The next evaluation's alerts are what the readers see next: a is up again, b down.
+    later = page.replace(b'"a"} 0.0', b'"a"} 1.0').replace(b'"b"} 1.0', b'"b"} 0.0')
+    assert evaluator.advance_page(later, 1001.0, 0.0) is not None
+    assert sorted((a["labels"]["alertname"], a["labels"]["target"], a["state"]) for a in evaluator.active()) == [
+        ("Down", "b", "firing"), ("Down", "c", "firing"), ("Slow", "a", "pending")]
