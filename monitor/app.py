@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from monitor.alerting.am_receiver import add_alertmanager_route
 from monitor.auth import write_access
 from monitor.cost.report import cost_report
+from monitor.jsonpieces import json_response
 from monitor.runtime import Job, Monitor
 
 log = logging.getLogger("monitor.app")
@@ -88,18 +89,20 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
 
     app.include_router(quality_router(monitor))
 
-    @app.get("/api/v1/status")
-    async def status() -> dict[str, object]:
-        return monitor.status()
+    # The two large answers (megabytes at 1,000 targets) are encoded a piece at a time (jsonpieces).
+    @app.get("/api/v1/status", response_class=Response)
+    async def status() -> Response:
+        return await json_response(await monitor.status_in_turns())
 
     @app.get("/api/v1/cost")
     async def cost() -> dict[str, object]:
         return cost_report(monitor.cost)
 
-    @app.get("/api/v1/alerts")
-    async def alerts() -> dict[str, object]:
-        active = monitor.alerting.active() if monitor.alerting else []
-        return {"active": active, "transitions": await monitor.store_io.call(monitor.transitions)}
+    @app.get("/api/v1/alerts", response_class=Response)
+    async def alerts() -> Response:
+        transitions = await monitor.store_io.call(monitor.transitions)
+        active = await monitor.alerting.active_in_turns() if monitor.alerting else []
+        return await json_response({"active": active, "transitions": transitions})
     add_alertmanager_route(app, monitor.delivery, monitor.settings, monitor.explainer)
     log.info("write routes (POST /api/v1/alertmanager, /api/v1/samples): %s", write_access(monitor.settings).reason)
     from monitor.web.page import add_overview_routes

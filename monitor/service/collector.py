@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from monitor.aio import finish
+from monitor.aio import Turns, finish
 from monitor.config import ServiceSettings, ServiceTarget, Target
 from monitor.health import HealthBook
 from monitor.promtext import PageError, Parser, check_text
@@ -493,33 +493,41 @@ class ServiceCollector:
         return found
 
     def status(self) -> list[dict[str, object]]:
-        rows = []
-        for name, state in self.targets.items():
-            entry = self.health.get(COLLECTOR, name)
-            stale = state.up and self.is_stale(state, self.wall())
-            rows.append({
-                "name": name,
-                "url": safe_url(state.target.url),
-                "up": state.up and not stale,
-                "state": target_state(state.up, stale, state.error, state.unrecognized),
-                "stale": stale,
-                "engine": state.engine.engine if state.engine else None,
-                "engine_pinned": state.target.engine,
-                "engine_recognized": None if not state.up else state.unrecognized is None,
-                "generation": state.engine.generation if state.engine else None,
-                "note": state.engine.note() if state.engine else "",
-                "absent": list(state.engine.absent()) if state.engine else [],
-                "last_scrape": state.last_scrape,
-                "last_success": entry.last_success,
-                "scrape_duration_seconds": entry.duration_seconds,
-                "error": redact_urls(state.error) if state.error else None,
-                "page_bytes": state.page_bytes,
-                "duplicate_series": state.duplicates,
-                "non_finite_samples": state.non_finite,
-                "models": sorted(state.models) if state.latest and state.up else [],
-                "baseline": self._baselines(state),
-            })
+        return [self._status_row(name, state) for name, state in self.targets.items()]
+
+    async def status_in_turns(self) -> list[dict[str, object]]:
+        """`status()` on the loop, the loop's other work let in between rows (1,000 targets: ~0.1 s)."""
+        turn, rows = Turns(), []
+        for name, state in list(self.targets.items()):
+            rows.append(self._status_row(name, state))
+            await turn()
         return rows
+
+    def _status_row(self, name: str, state: TargetState) -> dict[str, object]:
+        entry = self.health.get(COLLECTOR, name)
+        stale = state.up and self.is_stale(state, self.wall())
+        return {
+            "name": name,
+            "url": safe_url(state.target.url),
+            "up": state.up and not stale,
+            "state": target_state(state.up, stale, state.error, state.unrecognized),
+            "stale": stale,
+            "engine": state.engine.engine if state.engine else None,
+            "engine_pinned": state.target.engine,
+            "engine_recognized": None if not state.up else state.unrecognized is None,
+            "generation": state.engine.generation if state.engine else None,
+            "note": state.engine.note() if state.engine else "",
+            "absent": list(state.engine.absent()) if state.engine else [],
+            "last_scrape": state.last_scrape,
+            "last_success": entry.last_success,
+            "scrape_duration_seconds": entry.duration_seconds,
+            "error": redact_urls(state.error) if state.error else None,
+            "page_bytes": state.page_bytes,
+            "duplicate_series": state.duplicates,
+            "non_finite_samples": state.non_finite,
+            "models": sorted(state.models) if state.latest and state.up else [],
+            "baseline": self._baselines(state),
+        }
 
 
 def apply_points(state: TargetState, points: Sequence[Point]) -> None:

@@ -142,7 +142,8 @@ def _cost(o: dict[str, Any]) -> Table:
 
 
 def _alerts(o: dict[str, Any]) -> Table:
-    table = Table("alert", "state", "labels", "summary", "delivery", title="Alerts", title_justify="left")
+    table = Table("alert", "state", "labels", "summary", "delivery", title=_alerts_title(o["alerts"]),
+                  title_justify="left")
     for a in o["alerts"]["active"]:
         labels = " ".join(f"{k}={v}" for k, v in a["labels"].items() if k not in ("alertname", "severity", "layer"))
         summary = a["annotations"].get("summary", "")
@@ -244,10 +245,16 @@ def _cost_lines(o: dict[str, Any]) -> list[Text]:
     return lines
 
 
+def _alerts_title(alerts: dict[str, Any]) -> str:
+    """"Alerts (3 firing, 1 pending)", and which of them are listed when not all are."""
+    shown, total = len(alerts["active"]), alerts["firing"] + alerts["pending"]
+    more = f"; the first {shown}, firing first: all at /api/v1/alerts" if shown < total else ""
+    return f"Alerts ({alerts['firing']} firing, {alerts['pending']} pending{more})"
+
+
 def _alert_lines(o: dict[str, Any]) -> list[Text]:
     active = o["alerts"]["active"]
-    firing = sum(1 for a in active if a["state"] == "firing")
-    lines = [_head(f"Alerts ({firing} firing, {len(active) - firing} pending)")] if active else []
+    lines = [_head(_alerts_title(o["alerts"]))] if active else []
     for a in active:
         labels = " ".join(f"{k}={v}" for k, v in a["labels"].items() if k not in ("alertname", "severity", "layer"))
         lines.append(Text("  ").append(a["state"], style="bold red" if a["state"] == "firing" else "yellow")

@@ -5,14 +5,20 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
+from rich.console import Console
 
+from monitor import aio
 from monitor.config import load_settings
 from monitor.quality.layer import ModelResult, QualityView
 from monitor.runtime import Monitor
+from monitor.web import overview as overview_module
 from monitor.web.overview import quality_rows, service_rows
 from monitor.web.page import environment, gib, ms, num, pct, render_page, usd
+from monitor.web.terminal import print_overview
 from tests.appserver import serve_app
 from tests.pageserver import status_page
 from tests.service.test_real_engine_pages import page as real_page
@@ -169,3 +175,88 @@ def test_a_vllm_033_row_says_its_ranks_waiting_reasons_sleep_and_lora() -> None:
     assert cell(row(html, "target", "dp"), "facts") == (
         "2 ranks, busiest 1.23x the mean · waiting: 5 capacity, 1 deferred · 1 engine(s) asleep · "
         "LoRA 1 running, 0 waiting of 4")
+
+
+def test_more_active_alerts_than_the_page_lists_are_counted_firing_first(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # At 1,000 ten-model targets 20,000 alerts can be active: the overview lists SHOWN_ALERTS of them,
+    # firing first, counts them all, and points to the alerts API for the rest.
+    monkeypatch.setattr(overview_module, "SHOWN_ALERTS", 3)
+    rules = rules_file(tmp_path)
+    rules.write_text(rules.read_text() + """      - alert: AWaitingForTest
+        expr: inference_target_up > 0
+        for: 1h
+        labels: {severity: warning, layer: infra}
+        annotations: {summary: "{{ $labels.target }} waits"}
+""")
+    with two_targets() as server:
+        alerting = {"alerting": {"enabled": True, "rules_files": [str(rules)]}}
+        monitor = Monitor(settings_for(server, alerting, gpus=False))
+        collected(monitor, cycles=2)
+        overview = monitor.status()["overview"]
+        html = page_of(monitor)
+        asyncio.run(monitor.aclose())
+    alerts = overview["alerts"]
+    assert (alerts["firing"], alerts["pending"]) == (2, 2)
+    # firing first although "AWaitingForTest" sorts before "TargetUpForTest" by name
+    assert [(a["name"], a["state"]) for a in alerts["active"]] == [
+        ("TargetUpForTest", "firing"), ("TargetUpForTest", "firing"), ("AWaitingForTest", "pending")]
+    # the layers read the totals: the service layer fires; a pending alert fires no layer
+    assert overview["layers"]["service"]["state"] == "firing" and overview["layers"]["infra"]["state"] != "firing"
+    assert "2 firing, 2 pending" in html and html.count("data-alert=") == 3
+    assert 'The first 3 of 4, firing first: every one at <a href="/api/v1/alerts">' in html
+    console = Console(record=True, width=200)
+    print_overview(console, overview, "http://monitor")
+    assert "Alerts (2 firing, 2 pending; the first 3, firing first: all at /api/v1/alerts)" in console.export_text()
+
+
+def test_the_page_lists_every_alert_when_they_fit(tmp_path: Path) -> None:
+    with two_targets() as server:
+        settings = settings_for(server, {"alerting": {"enabled": True, "rules_files": [str(rules_file(tmp_path))]}},
+                                gpus=False)
+        monitor = Monitor(settings)
+        collected(monitor, cycles=2)
+        overview = monitor.status()["overview"]
+        html = page_of(monitor)
+        asyncio.run(monitor.aclose())
+    assert len(overview["alerts"]["active"]) == overview["alerts"]["firing"] == 2
+    assert "2 firing, 0 pending" in html and "The first" not in html
+    console = Console(record=True, width=200)
+    print_overview(console, overview, "http://monitor")
+    assert "Alerts (2 firing, 0 pending)" in console.export_text()
+
+
+def test_the_status_made_in_turns_is_the_status_and_lets_the_loop_in(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # GET /api/v1/status makes its target rows and the overview's service rows on the loop in turns
+    # (at 1,000 ten-model targets they held the loop ~0.5 s): the same status, the loop let in.
+    monkeypatch.setattr(aio, "SLICE_S", 0.0)  # a turn after every target
+    with two_targets() as server:
+        settings = settings_for(server, {"alerting": {"enabled": True, "rules_files": [str(rules_file(tmp_path))]}})
+        monitor = Monitor(settings)
+        collected(monitor, cycles=3)
+
+        async def in_turns() -> tuple[dict[str, Any], int]:
+            turns = 0
+            done = asyncio.Event()
+
+            async def ticker() -> None:
+                nonlocal turns
+                while not done.is_set():
+                    turns += 1
+                    await asyncio.sleep(0)
+
+            task = asyncio.create_task(ticker())
+            await asyncio.sleep(0)
+            started = turns
+            status = await monitor.status_in_turns()
+            done.set()
+            await task
+            return status, turns - started
+
+        status, turns = asyncio.run(in_turns())
+        expected = monitor.status()
+        asyncio.run(monitor.aclose())
+    assert status == expected
+    assert len(status["overview"]["service"]["rows"]) == 2 and len(status["layers"]["service"]["targets"]) == 2
+    assert turns >= 4  # two target rows, then two targets' service rows
