@@ -82,7 +82,7 @@ def test_served_monitor_exports_the_stall_and_shows_it_in_status() -> None:
             # Each job of the worker thread (scrapes, publishes) froze what was alive (monitor/heap.py).
             await _wait_for(lambda: monitor.heap.ticks >= 2)
             heap = (await client.get("/api/v1/status")).json()["heap"]
-            assert heap["frozen_objects"] > 0 and heap["frozen_after_jobs"] >= 2
+            assert heap["frozen_at_last_full_collection"] > 0 and heap["frozen_after_jobs"] >= 2
             await client.aclose()
             return status, page
 
