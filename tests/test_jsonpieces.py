@@ -13,6 +13,7 @@ import pytest
 
 from monitor import aio
 from monitor.jsonpieces import json_in_pieces
+from tests.turns import counting_turns
 
 FASTAPI = pydantic.TypeAdapter(dict[str, object])  # what `-> dict[str, object]` answered with
 
@@ -46,25 +47,7 @@ def test_the_loop_turns_between_the_pieces(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(aio, "SLICE_S", 0.0)  # a turn after every piece
     value = status_like(300)
 
-    async def run() -> tuple[bytes, int]:
-        turns = 0
-        stop = asyncio.Event()
-
-        async def ticker() -> None:
-            nonlocal turns
-            while not stop.is_set():
-                turns += 1
-                await asyncio.sleep(0)
-
-        task = asyncio.create_task(ticker())
-        await asyncio.sleep(0)
-        started = turns
-        body = await json_in_pieces(value)
-        stop.set()
-        await task
-        return body, turns - started
-
-    body, turns = asyncio.run(run())
+    body, turns = asyncio.run(counting_turns(json_in_pieces(value)))
     assert body == FASTAPI.dump_json(value)
     assert turns >= 600  # each target row and each collector row is a piece of its own
 

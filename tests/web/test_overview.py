@@ -22,6 +22,7 @@ from monitor.web.terminal import print_overview
 from tests.appserver import serve_app
 from tests.pageserver import status_page
 from tests.service.test_real_engine_pages import page as real_page
+from tests.turns import counting_turns
 from tests.web.scenario import cell, row, rules_file, settings_for, two_targets
 
 
@@ -94,15 +95,20 @@ def test_a_target_down_turns_its_row_red_and_its_layer_failing() -> None:
     assert re.search(r"service/vllm-b\s*<b class=\"bad\">down</b>", html)
 
 
-def test_a_firing_alert_shows_its_probable_cause_and_fires_its_layer(tmp_path: Path) -> None:
+def alerting_overview(rules: Path) -> tuple[dict[str, Any], str]:
+    """The overview and the page of two targets, two cycles in, evaluating `rules`."""
     with two_targets() as server:
-        settings = settings_for(server, {"alerting": {"enabled": True, "rules_files": [str(rules_file(tmp_path))]}},
-                                gpus=False)
-        monitor = Monitor(settings)
+        monitor = Monitor(settings_for(server, {"alerting": {"enabled": True, "rules_files": [str(rules)]}},
+                                       gpus=False))
         collected(monitor, cycles=2)
         overview = monitor.status()["overview"]
         html = page_of(monitor)
         asyncio.run(monitor.aclose())
+    return overview, html
+
+
+def test_a_firing_alert_shows_its_probable_cause_and_fires_its_layer(tmp_path: Path) -> None:
+    overview, html = alerting_overview(rules_file(tmp_path))
     assert overview["layers"]["service"]["state"] == "firing" and not overview["ok"]
     firing = [a for a in overview["alerts"]["active"] if a["state"] == "firing"]
     assert {a["labels"]["target"] for a in firing} == {"vllm-a", "vllm-b"}
@@ -189,13 +195,7 @@ def test_more_active_alerts_than_the_page_lists_are_counted_firing_first(tmp_pat
         labels: {severity: warning, layer: infra}
         annotations: {summary: "{{ $labels.target }} waits"}
 """)
-    with two_targets() as server:
-        alerting = {"alerting": {"enabled": True, "rules_files": [str(rules)]}}
-        monitor = Monitor(settings_for(server, alerting, gpus=False))
-        collected(monitor, cycles=2)
-        overview = monitor.status()["overview"]
-        html = page_of(monitor)
-        asyncio.run(monitor.aclose())
+    overview, html = alerting_overview(rules)
     alerts = overview["alerts"]
     assert (alerts["firing"], alerts["pending"]) == (2, 2)
     # firing first although "AWaitingForTest" sorts before "TargetUpForTest" by name
@@ -211,14 +211,7 @@ def test_more_active_alerts_than_the_page_lists_are_counted_firing_first(tmp_pat
 
 
 def test_the_page_lists_every_alert_when_they_fit(tmp_path: Path) -> None:
-    with two_targets() as server:
-        settings = settings_for(server, {"alerting": {"enabled": True, "rules_files": [str(rules_file(tmp_path))]}},
-                                gpus=False)
-        monitor = Monitor(settings)
-        collected(monitor, cycles=2)
-        overview = monitor.status()["overview"]
-        html = page_of(monitor)
-        asyncio.run(monitor.aclose())
+    overview, html = alerting_overview(rules_file(tmp_path))
     assert len(overview["alerts"]["active"]) == overview["alerts"]["firing"] == 2
     assert "2 firing, 0 pending" in html and "The first" not in html
     console = Console(record=True, width=200)
@@ -236,25 +229,7 @@ def test_the_status_made_in_turns_is_the_status_and_lets_the_loop_in(tmp_path: P
         monitor = Monitor(settings)
         collected(monitor, cycles=3)
 
-        async def in_turns() -> tuple[dict[str, Any], int]:
-            turns = 0
-            done = asyncio.Event()
-
-            async def ticker() -> None:
-                nonlocal turns
-                while not done.is_set():
-                    turns += 1
-                    await asyncio.sleep(0)
-
-            task = asyncio.create_task(ticker())
-            await asyncio.sleep(0)
-            started = turns
-            status = await monitor.status_in_turns()
-            done.set()
-            await task
-            return status, turns - started
-
-        status, turns = asyncio.run(in_turns())
+        status, turns = asyncio.run(counting_turns(monitor.status_in_turns()))
         expected = monitor.status()
         asyncio.run(monitor.aclose())
     assert status == expected
