@@ -48,9 +48,13 @@ def test_a_bench_run_against_llama_server_measures_what_the_server_served(server
     server_conditions = result["conditions"]["server"]
     assert server_conditions["engine"] == "llamacpp"  # detected from llama.cpp's own page
     assert MODEL_NAME in server_conditions["models"]  # its GET /v1/models
-    assert result["warmup"] == {"requests": 1, "failed": 0, "excluded": True}
+    assert result["warmup"]["requests"] == 1 and result["warmup"]["excluded"]  # (its answer may end early too)
     window = result["levels"][0]["repeats"][0]
-    assert window["requests"] >= 1 and window["failed"] == 0
+    # The random-weight model now and then ends an answer before its first token (1 in 71 seen
+    # beside two CPU hogs): the bench counts that answer as failed, as the canary does. Nothing
+    # else may fail, and most answers do not end so.
+    outcomes = window["outcomes"]
+    assert window["failed"] == outcomes.get("empty_answer", 0) < window["requests"] / 2, outcomes
     # Tokens come from each answer's `usage`; the server's counter also holds the warm-up's.
     assert 0 < window["output_tokens"] <= served
     ttft, e2e = window["ttft_s"], window["e2e_s"]
