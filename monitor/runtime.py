@@ -11,7 +11,6 @@ import contextlib
 import logging
 import math
 import sys
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from monitor.alerting.rules import RulesError, RuleSet, load_rules
 from monitor.canary.collector import CanaryCollector
 from monitor.canary.render import render_canary
 from monitor.catalog import CATALOG, family
+from monitor.clock import SteadyClock
 from monitor.config import ConfigError, ServiceSettings, Settings, load_settings
 from monitor.cost.collector import CostCollector
 from monitor.cost.render import render_cost
@@ -100,7 +100,7 @@ class Monitor:
         self,
         settings: Settings,
         client: httpx.AsyncClient | None = None,
-        wall: Callable[[], float] = time.time,
+        wall: Callable[[], float] | None = None,
         load_nvml: Callable[[], Any] = import_pynvml,
         config_path: Path | None = None,
         sink: AlertSink | None = None,
@@ -109,7 +109,8 @@ class Monitor:
         self.settings = settings
         self.config_path = config_path
         self.reloads = ReloadState()
-        self.wall = wall
+        # Unless a test sets it: wall time that a step of the system clock does not move (monitor/clock.py).
+        wall = self.wall = wall if wall is not None else SteadyClock()
         ruleset = _load_rules(settings)  # first: a bad rule file fails before anything is opened
         self.started = wall()
         self.collected_at: dict[str, float] = {}  # layer -> when its first collection since start ended
@@ -310,6 +311,7 @@ class Monitor:
             "recent_events": self.events,
             "alerting": self.alerting.status() if self.alerting else {"enabled": False},
             "event_loop": self.loop_lag.status(),
+            "clock": self.wall.status() if isinstance(self.wall, SteadyClock) else {"source": "set"},
             "heap": self.heap.status(),
             "overview": overview(self) if shown is None else shown,  # the page's numbers, `infermon status`'s
         }

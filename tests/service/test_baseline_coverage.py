@@ -15,6 +15,7 @@ stretches, not to 1.0.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
+from monitor.clock import SteadyClock
 from monitor.config import load_settings
 from monitor.runtime import Monitor
 from monitor.service.derive import Window, window_rates
@@ -92,7 +94,8 @@ class TokenLog:
     def ratio(self, at: float, since: float) -> float:
         """rate(generation_tokens[4s]) / rate(generation_tokens[8s] offset 4s), in the simulator's truth,
         the baseline from `since` on where it reaches back further (the monitor's history starts there)."""
-        return self.rate(at - WINDOW, at) / self.rate(max(at - WINDOW - BASELINE, since), at - WINDOW)
+        baseline = self.rate(max(at - WINDOW - BASELINE, since), at - WINDOW)
+        return self.rate(at - WINDOW, at) / baseline if baseline else math.nan  # (nan: no tokens to compare with)
 
 
 def observe(monitor: Monitor) -> tuple[float | None, str, float]:
@@ -180,6 +183,44 @@ def _story(seen: list[Seen], tokens: TokenLog) -> str:
     end = seen[-1][3]
     per_second = [round(tokens.rate(since + s - 1, since + s)) for s in range(1, int(end - since) + 2)]
     return "\n".join([*lines, f"tokens/s from the first view on: {per_second}"])
+
+
+def test_a_step_of_the_system_clock_neither_covers_a_baseline_nor_moves_its_ratio(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The monitor on its own clock (monitor/clock.py), the system clock stepped 6.4 s forward
+    # 6 s in: on time.time() that made the 8 s baseline look covered at once and the ratio read
+    # 3.8-7.4x at constant load (CI saw 4.97x).
+    monkeypatch.delenv("INFERMON_STORAGE__URL", raising=False)
+    engine = SimulatedEngine(EngineConfig(deterministic=True, min_step_s=0.001), FAST)
+    tokens = TokenLog(engine)
+    system = time.time
+    with SimServer(engine) as server:
+        config = settings(tmp_path / "history.db", server.metrics_url)
+
+        async def run() -> tuple[list[Seen], float, dict[str, Any]]:
+            stop = asyncio.Event()
+            load = asyncio.create_task(constant_load(server.url, stop))
+            monitor = Monitor(config, client=httpx.AsyncClient(trust_env=False))
+            assert isinstance(monitor.wall, SteadyClock)
+            try:
+                seen = await cycles(monitor, 6.0)
+                monkeypatch.setattr(time, "time", lambda: system() + 6.4)  # every reader of the system clock
+                seen += [(6.0 + t, *rest) for t, *rest in await _until_covered(monitor)]
+                return seen, monitor.wall.offset, monitor.status()["clock"]
+            finally:
+                await monitor.aclose()
+                stop.set()
+                await load
+
+        seen, offset, clock = asyncio.run(run())
+    assert clock == {"source": "steady", "system_clock_stepped_seconds": pytest.approx(6.4, abs=0.1)}
+    on_tokens = [(elapsed, ratio, state, at - offset) for elapsed, ratio, state, at in seen]  # the engine's clock
+    early = [s for s in on_tokens if s[0] < WINDOW + 0.9 * BASELINE - 1.0]
+    assert early and all(ratio is None for _, ratio, _, _ in early), _story(on_tokens, tokens)
+    covered = [(ratio, at) for _, ratio, _, at in on_tokens if ratio is not None]
+    assert covered, _story(on_tokens, tokens)
+    ratio, at = covered[-1]
+    assert ratio == pytest.approx(tokens.ratio(at, since=on_tokens[0][3]), rel=0.25), _story(on_tokens, tokens)
 
 
 async def _until_covered(monitor: Monitor) -> list[Seen]:
