@@ -163,11 +163,16 @@ def serve_and_ask(server: PageServer) -> tuple[Any, Any, str]:
                  "static_gpus": [{"model": "NVIDIA A100-SXM4-80GB", "count": 2, "node": "rack-9"}]},
     })
     with serve_app(Monitor(settings)) as url, httpx.Client(base_url=url, timeout=5.0, trust_env=False) as client:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 20
         while len(client.get("/api/v1/cost").json()["inventory"]) < 4:  # the dcgm-exporter's GPUs too
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        return client.get("/api/v1/cost").json(), client.get("/api/v1/status").json(), client.get("/metrics").text
+        # /metrics is the page rendered at the last publish tick, which may hold an earlier cost
+        # (seen beside two CPU hogs): wait, bounded, for a render with all four GPUs priced.
+        while "\ninference_cost_usd_per_hour 8.0\n" not in (metrics := client.get("/metrics").text):
+            assert time.monotonic() < deadline, metrics[-2000:]
+            time.sleep(0.05)
+        return client.get("/api/v1/cost").json(), client.get("/api/v1/status").json(), metrics
 
 
 def test_cost_api_and_topology_in_status() -> None:
@@ -186,4 +191,4 @@ def test_cost_api_and_topology_in_status() -> None:
     assert targets["vllm-a"]["mapped_by"] == "pod"
     assert targets["vllm-a"]["gpus"] == [{"node": "gpu-node-01", "gpu": "0"}]
     assert targets["far"]["gpus"] == [{"node": "rack-9", "gpu": "0"}] and targets["far"]["unseen"] == []
-    assert "inference_cost_usd_per_hour 8.0" in metrics
+    assert "\ninference_cost_usd_per_hour 8.0\n" in metrics  # (what serve_and_ask waited for, bounded)
