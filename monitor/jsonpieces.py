@@ -3,9 +3,9 @@
 At 1,000 ten-model targets `/api/v1/status` is several megabytes and `/api/v1/alerts` lists
 20,000 alerts. FastAPI encodes a returned dict in one call into pydantic's encoder, which holds
 the interpreter all along (up to 376 ms seen): every /healthz probe waited that long. Here the
-containers with many items are walked and each item is encoded by the same encoder
-(`pydantic_core.to_json`, NaN and infinities as null, as FastAPI's answer has them), and the loop
-gets its turn whenever a slice of encoding has taken `aio.SLICE_S`. The bytes are the very bytes
+containers with many items are walked and each item is encoded by the same encoder (a
+pydantic `TypeAdapter`'s `dump_json`: NaN and infinities as null, as in FastAPI's answer), and
+the loop gets its turn whenever a slice of encoding has taken `aio.SLICE_S`. The bytes are the very bytes
 of FastAPI's answer (`test_jsonpieces`); a thread would not help, the encoder holds the GIL.
 
 Items are read as the walk reaches them: a list the loop changes between two slices is read
@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import pydantic_core
 from fastapi import Response
+from pydantic import TypeAdapter
 
 from monitor.aio import Turns
 
@@ -26,9 +26,12 @@ SPLIT = 32  # a dict or list with more items than this is walked item by item, a
 DEPTH = 3  # and every dict and list above this depth (where a big list may lie further down)
 
 
+_ANY = TypeAdapter(Any)
+
+
 def encode(value: Any) -> bytes:
     """One value as FastAPI's answer encodes it (pydantic's encoder; NaN and infinities as null)."""
-    return pydantic_core.to_json(value, inf_nan_mode="null")
+    return _ANY.dump_json(value)
 
 
 class _Pieces:
