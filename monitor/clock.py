@@ -6,7 +6,8 @@ A step of the system clock (a fresh machine syncing its time, an operator's `dat
 covered at once and its throughput ratio read 3.8-7.4x at constant load (CI saw 4.97x). This
 clock does not step; NTP's slewing still reaches it (Linux slews CLOCK_MONOTONIC as it slews the
 wall clock). What the system clock was stepped by since start shows in `/api/v1/status` under
-`clock`, and is logged once when it passes a second; a restart takes the system's time again.
+`clock`, and a step of a second or more is logged once (`note_step`); a restart takes the
+system's time again.
 """
 
 from __future__ import annotations
@@ -31,10 +32,14 @@ class SteadyClock:
         """How far the system clock was stepped since start (seconds; positive: forward)."""
         return time.time() - self()
 
-    def status(self) -> dict[str, Any]:
+    def note_step(self) -> None:
+        """Log a step of the system clock of NOTED_STEP_S or more, once (the monitor calls this
+        after each cost run, whether or not anyone reads its status)."""
         stepped = self.stepped()
         if abs(stepped) >= NOTED_STEP_S and abs(stepped - self._noted) >= NOTED_STEP_S:
             self._noted = stepped
             log.warning("the system clock was stepped by %+.1f s since start; the monitor's clock was not "
                         "(its timestamps are that far from the system's until a restart)", stepped)
-        return {"source": "steady", "system_clock_stepped_seconds": round(stepped, 3)}
+
+    def status(self) -> dict[str, Any]:
+        return {"source": "steady", "system_clock_stepped_seconds": round(self.stepped(), 3)}

@@ -5,8 +5,9 @@ At 1,000 ten-model targets `/api/v1/status` is several megabytes and `/api/v1/al
 the interpreter all along (up to 376 ms seen): every /healthz probe waited that long. Here the
 containers with many items are walked and each item is encoded by the same encoder (a
 pydantic `TypeAdapter`'s `dump_json`: NaN and infinities as null, as in FastAPI's answer), and
-the loop gets its turn whenever a slice of encoding has taken `aio.SLICE_S`. The bytes are the very bytes
-of FastAPI's answer (`test_jsonpieces`); a thread would not help, the encoder holds the GIL.
+the loop gets its turn whenever a slice of encoding has taken `aio.SLICE_S`. The bytes are the
+very bytes of FastAPI's answer (`test_jsonpieces`); a thread would not help, the encoder holds
+the GIL.
 
 Items are read as the walk reaches them: a list the loop changes between two slices is read
 as it was when the walk entered it (its items are taken first), as FastAPI would have read it.
@@ -44,7 +45,9 @@ class _Pieces:
             items = list(value.items())
             self.parts.append(b"{")
             for index, (key, item) in enumerate(items):
-                self.parts.append(b"," + encode(str(key)) + b":" if index else encode(str(key)) + b":")
+                if index:
+                    self.parts.append(b",")
+                self.parts.append(encode(str(key)) + b":")
                 await self.add(item, depth + 1)
             self.parts.append(b"}")
         elif isinstance(value, list | tuple) and (depth < DEPTH or len(value) > SPLIT):

@@ -317,6 +317,8 @@ class Monitor:
         }
 
     def sample_history(self) -> None:
+        if isinstance(self.wall, SteadyClock):
+            self.wall.note_step()  # (after each cost run: a step is logged whether or not status is read)
         self.history.add(self.wall(), headline(self.service.view, self.infra.view, self.cost.view))
 
     def reload(self) -> bool:
