@@ -30,12 +30,14 @@ class LoopLagProbe:
         self.window = window
         self.last = 0.0
         self.samples: deque[tuple[float, float]] = deque()  # (loop time woken, lag), oldest first
+        self.loop: str | None = None  # the running loop's class (`infermon serve` takes asyncio's)
         # The loop records; the publish thread reads while it renders /metrics: a deque mutated while
         # iterated raises (seen beside two CPU hogs: the publish tick failed with a traceback).
         self._lock = threading.Lock()
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        self.loop = f"{type(loop).__module__}.{type(loop).__qualname__}"
         while True:
             due = loop.time() + self.tick
             await asyncio.sleep(self.tick)
@@ -54,7 +56,7 @@ class LoopLagProbe:
             return max((lag for _, lag in self.samples), default=0.0)
 
     def status(self) -> dict[str, Any]:
-        return {"tick_seconds": self.tick, "last_seconds": round(self.last, 6),
+        return {"loop": self.loop, "tick_seconds": self.tick, "last_seconds": round(self.last, 6),
                 "max_1m_seconds": round(self.max_recent(), 6), "samples_1m": len(self.samples)}
 
 

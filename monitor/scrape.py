@@ -16,6 +16,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import h11
 import httpx
@@ -192,8 +193,9 @@ class _Exchange(asyncio.Protocol):
         self.lost = False  # the peer closed (or reset) the connection
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # No isinstance check: uvloop's TCP transport (the loop uvicorn takes where uvloop is
+        # installed, as in vLLM's images) is a transport without subclassing asyncio.Transport.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self._feed(data)

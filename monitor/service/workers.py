@@ -257,8 +257,10 @@ class ParseWorkers:
             sys.executable, "-m", "monitor.service.parse_worker", str(index),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env)
         assert process.stdin is not None
+        pipe = process.stdin.get_extra_info("pipe")  # None under uvloop: its pipes keep 64 KiB
         with contextlib.suppress(OSError):  # larger pipes: a page in one write (Linux; else 64 KiB)
-            fcntl.fcntl(process.stdin.get_extra_info("pipe").fileno(), _F_SETPIPE_SZ, _PIPE_BYTES)
+            if pipe is not None:
+                fcntl.fcntl(pipe.fileno(), _F_SETPIPE_SZ, _PIPE_BYTES)
         worker = _Process(index, process, lambda: self.after_answer())
         try:
             await worker.call("start", self.settings)
