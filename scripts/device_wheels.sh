@@ -34,9 +34,12 @@ PACKAGES=(
     uvicorn click h11
     typer rich markdown-it-py mdurl pygments shellingham
     anyio idna sniffio
+    alembic Mako tzdata
+    openai jiter httpx2 httpcore2 truststore
 )
 # Already on the device (KINDS.md / the device README): not carried.
-DEVICE_HAS=(torch nvidia-ml-py prometheus-client httpx httpcore certifi PyYAML)
+DEVICE_HAS=(torch nvidia-ml-py prometheus-client httpx httpcore certifi PyYAML numpy scipy Jinja2 MarkupSafe
+            tqdm)
 
 if ! git check-ignore -q "$DEST/x.whl"; then
     echo "error: $DEST/ is not ignored by git (.gitignore should hold /$DEST/)" >&2
