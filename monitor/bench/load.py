@@ -149,7 +149,8 @@ class LoadRunner:
         result = judge(seen)
         return Sample(sent_s=sent, ok=result.ok, outcome=result.outcome, ttft_s=result.ttft_seconds,
                       tpot_s=result.tpot_seconds, e2e_s=result.e2e_seconds, output_tokens=result.output_tokens,
-                      prompt_tokens=seen.usage_prompt_tokens if result.ok else None)
+                      prompt_tokens=seen.usage_prompt_tokens if result.ok else None,
+                      detail="" if result.ok else result.detail)
 
 
 def _drop_text(text: str) -> str:

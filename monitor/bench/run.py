@@ -26,6 +26,7 @@ from monitor.redaction import safe_url
 from monitor.service.derive import Objectives
 
 TTFT_SAMPLES_KEPT = 5000  # per level, for the report's distribution (all repeats together)
+FAILURE_REASONS = 3  # distinct reasons kept per failed outcome and window
 
 
 @dataclass
@@ -120,6 +121,9 @@ async def _window(config: BenchConfig, runner: LoadRunner, level: Level, gpus: G
     figures["engine"] = seen.figures(objectives, config.model)
     figures["cost"] = _cost(quote, figures)
     figures["outcomes"] = {o: sum(1 for s in samples if s.outcome == o) for o in sorted({s.outcome for s in samples})}
+    # why the failures failed, not only how many: up to FAILURE_REASONS distinct reasons an outcome
+    figures["failure_reasons"] = {o: sorted({s.detail for s in samples if s.outcome == o})[:FAILURE_REASONS]
+                                  for o in figures["outcomes"] if o != "ok"}
     return figures, samples
 
 

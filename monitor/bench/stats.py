@@ -28,6 +28,7 @@ class Sample:
     e2e_s: float | None
     output_tokens: int | None
     prompt_tokens: int | None
+    detail: str = ""  # a failure's reason (short, no key); "" when it succeeded
 
     def as_dict(self) -> dict[str, Any]:
         return vars(self).copy()

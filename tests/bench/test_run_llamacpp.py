@@ -53,8 +53,8 @@ def test_a_bench_run_against_llama_server_measures_what_the_server_served(server
     # The random-weight model now and then ends an answer before its first token (1 in 71 seen
     # beside two CPU hogs): the bench counts that answer as failed, as the canary does. Nothing
     # else may fail, and most answers do not end so.
-    outcomes = window["outcomes"]
-    assert window["failed"] == outcomes.get("empty_answer", 0) < window["requests"] / 2, outcomes
+    outcomes, reasons = window["outcomes"], window["failure_reasons"]
+    assert window["failed"] == outcomes.get("empty_answer", 0) < window["requests"] / 2, (outcomes, reasons)
     # Tokens come from each answer's `usage`; the server's counter also holds the warm-up's.
     assert 0 < window["output_tokens"] <= served
     ttft, e2e = window["ttft_s"], window["e2e_s"]

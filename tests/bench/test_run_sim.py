@@ -187,4 +187,6 @@ def test_an_unreachable_target_is_counted_not_raised(prompts: Path) -> None:
     window = result["levels"][0]["repeats"][0]
     assert window["requests"] > 0 and window["failed"] == window["requests"]
     assert set(window["outcomes"]) == {"refused"}
+    reasons = window["failure_reasons"]["refused"]  # why, not only how many
+    assert 1 <= len(reasons) <= 3 and all("onnect" in reason for reason in reasons), reasons
     assert result["conditions"]["server"]["engine"] is None  # not observed, not guessed
