@@ -10,7 +10,11 @@ page ruled out first), the parse, the extraction, the series store, the target's
 the view (the two the ratio covers end there), and the target's part of the /metrics render after
 them (`ServiceText`, as `infermon serve` writes it after each scrape).
 
-    python -m bench.service_scrape [--seconds 40] [--models 10]
+    python -m bench.service_scrape [--seconds 40] [--models 10] [--pauses]
+
+With `--pauses`, also each page's collection back to back and after a 1 s busy wait, beside the
+1 s sleep the ratio's collections follow: what the pause between scrapes costs, and whether an
+idle core is why (docs/measurements.md, tenth stop).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from monitor.service.render import ServiceText
 
 Stages = dict[str, float]  # stage -> median seconds
 REPEATS = 30
+PAUSES = ("after sleep", "back to back", "after spin")  # --pauses: what the collection follows
 
 
 def variants(text: str, count: int) -> list[bytes]:
@@ -83,7 +88,22 @@ def stages(collector: ServiceCollector, state: TargetState, text: str, openmetri
     return times
 
 
-async def measure(url: str, seconds: float) -> tuple[list[float], list[float], Stages]:
+async def after(collector: ServiceCollector, pause: str, count: int) -> float:
+    """Median collection time right after `pause`: "none" (back to back) or "spin" (a 1 s busy
+    wait in this thread: the core never idles, unlike the sleep the ratio's collections follow)."""
+    timings = []
+    for _ in range(count):
+        if pause == "spin":
+            until = time.perf_counter() + 1.0
+            while time.perf_counter() < until:
+                pass
+        started = time.perf_counter()
+        await collector.collect()
+        timings.append(time.perf_counter() - started)
+    return statistics.median(timings[2:])
+
+
+async def measure(url: str, seconds: float, pauses: bool = False) -> tuple[list[float], list[float], Stages]:
     settings = load_settings(None, {"service": {
         "windows": ["1m", "5m"], "targets": [{"name": "bench", "url": url}]}}).service
     async with httpx.AsyncClient(trust_env=False) as client:
@@ -96,6 +116,8 @@ async def measure(url: str, seconds: float) -> tuple[list[float], list[float], S
             timings.append(time.perf_counter() - started)
             await asyncio.sleep(max(0.0, 1.0 - timings[-1]))
         assert collector.targets["bench"].up, collector.targets["bench"].error
+        paused = {"after sleep": statistics.median(timings[3:]), "back to back": await after(collector, "none", 40),
+                  "after spin": await after(collector, "spin", 12)} if pauses else {}
         pool = collector.targets["bench"].pool
         assert pool is not None
         http = []  # the HTTP path alone, on the same kept-alive connection
@@ -105,6 +127,7 @@ async def measure(url: str, seconds: float) -> tuple[list[float], list[float], S
             http.append(time.perf_counter() - started)
         breakdown = {"http": statistics.median(http[5:]),
                      **stages(collector, collector.targets["bench"], fetched.text, fetched.openmetrics)}
+        breakdown.update(paused)
         await collector.aclose()
     return timings[3:], http[5:], breakdown  # the first scrapes fill caches and windows
 
@@ -114,8 +137,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=40)
     parser.add_argument("--models", type=int, default=10,
                         help="also a page of one engine serving this many models (#22 item 2's page); 0: none")
+    parser.add_argument("--pauses", action="store_true",
+                        help="also each page's collection back to back and after a 1 s busy wait")
     args = parser.parse_args()
-    count = int(args.seconds) + 30
+    count = int(args.seconds) + 30 + (20 if args.pauses else 0)
     pages = {"/v1": v1_page(), "/fleet": fleet_page()}
     if args.models > 1:
         pages[f"/models{args.models}"] = fleet_page(engines=1, models=args.models)
@@ -128,7 +153,7 @@ def main() -> None:
         with PrometheusServer(jobs, interval="1s") as prom:
             rows, breakdowns = [], {}
             for path, text in pages.items():
-                ours, http, breakdowns[path] = asyncio.run(measure(urls[path], args.seconds / 2))
+                ours, http, breakdowns[path] = asyncio.run(measure(urls[path], args.seconds / 2, args.pauses))
                 job = path.strip("/")
                 expr = f'quantile_over_time(0.5, scrape_duration_seconds{{job="{job}"}}[{int(args.seconds)}s])'
                 result = prom.query(expr)
@@ -141,12 +166,18 @@ def main() -> None:
         print(f"{path:<10} {size:>9} {ours_s * 1000:>12.2f} {http_s * 1000:>8.2f} {theirs_s * 1000:>14.2f} "
               f"{ours_s / theirs_s:>6.2f} {http_s / theirs_s:>10.2f}")
     # Where the time goes, stage by stage (ms); `scrape path` sums http..view, what the ratio covers.
+    paused = {path: {k: times.pop(k) for k in PAUSES if k in times} for path, times in breakdowns.items()}
     names = list(next(iter(breakdowns.values())))
     print()
     print(f"{'page':<10} " + " ".join(f"{n:>8}" for n in names) + f" {'scrape path':>12}")
     for path, times in breakdowns.items():
         path_s = sum(v for k, v in times.items() if k != "render")
         print(f"{path:<10} " + " ".join(f"{times[n] * 1000:>8.2f}" for n in names) + f" {path_s * 1000:>12.2f}")
+    if args.pauses:  # the same collection after a 1 s sleep (the ratio's), none, and a 1 s busy wait
+        print()
+        print(f"{'page':<10} " + " ".join(f"{n:>13}" for n in PAUSES))
+        for path, times in paused.items():
+            print(f"{path:<10} " + " ".join(f"{times[n] * 1000:>13.2f}" for n in PAUSES))
 
 
 if __name__ == "__main__":
