@@ -1,8 +1,11 @@
 """One probe's I/O: a small streaming chat completion through the openai SDK, timed by the client.
 
 The SDK is the one users call the engines with, so what it sees is what they see: the gateway,
-the load balancer, TLS, the network path. It never retries (a retry would hide the failure we
-are here to see), asks for the stream's `usage`, and marks its requests twice so operators can
+the load balancer, TLS, the network path. The SDK never retries (a retry would hide the failure
+we are here to see). One case is sent again, once: a connection that broke before any answer,
+which is a kept connection the server was closing as we sent (llama.cpp's llama-server closes
+each one after its stream without `Connection: close`). A server that breaks every connection
+still fails. It asks for the stream's `usage`, and marks its requests twice so operators can
 leave them out of usage reports: the OpenAI `user` field and an `X-Infermon-Canary: <probe>`
 header. The API key lives only inside the SDK client; every error text is scrubbed of it.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import secrets
 import time
@@ -23,6 +27,8 @@ from monitor.aio import finish
 from monitor.canary import CANARY_HEADER
 from monitor.canary.outcome import Failure, Observed
 from monitor.config import CanaryProbe
+
+log = logging.getLogger("monitor.canary.probe")
 
 NO_KEY = "EMPTY"  # what vLLM's docs pass when the server wants none; never OPENAI_API_KEY from our environment
 
@@ -78,7 +84,17 @@ async def observe_stream(
     limit = timeout_text or f"{timeout_s:g}s"
     try:
         async with asyncio.timeout(timeout_s):
-            await _stream(client, request, seen, started, clock)
+            try:
+                await _stream(client, request, seen, started, clock)
+            except Exception as exc:
+                if not _gone_before_answer(seen, exc):
+                    raise
+                # Sent on a kept connection the server was closing: once more, on a new one (the
+                # pool drops the broken one), timed from the first send. A server that breaks every
+                # connection fails this one too.
+                log.debug("the connection closed before an answer (%s): sending once more", type(exc).__name__)
+                seen = _Recording()
+                await _stream(client, request, seen, started, clock)
     except TimeoutError:
         seen.fail("timeout", f"no complete answer within {limit}")
     except openai.APIStatusError as exc:
@@ -174,6 +190,16 @@ _TRANSPORTS = frozenset({"httpx", "httpx2", "httpcore", "httpcore2", "h11", "any
 
 def _is_transport(exc: BaseException) -> bool:
     return isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in _TRANSPORTS
+
+
+def _gone_before_answer(seen: _Recording, exc: Exception) -> bool:
+    """The connection broke before any answer came: what a request meets on a kept connection
+    that the server closes after each answer without saying so (llama.cpp's llama-server does)."""
+    if seen.status is not None or isinstance(exc, openai.APITimeoutError):
+        return False
+    if not isinstance(exc, openai.APIConnectionError) and not _is_transport(exc):
+        return False
+    return _transport_failure(exc)[0] == "connection"
 
 
 def _transport_failure(exc: BaseException) -> tuple[Failure, str]:
