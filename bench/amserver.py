@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import yaml
 
-from bench.promserver import free_port
+from monitor.ports import free_port
 
 
 class AlertmanagerServer:

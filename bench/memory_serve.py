@@ -24,7 +24,7 @@ import yaml
 
 from bench.pages import grown, v1_page
 from bench.pageserver import PageServer, growing
-from bench.promserver import free_port
+from monitor.ports import free_port
 
 
 def rss_mib(pid: int) -> float:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from pathlib import Path
 import httpx
 
 from monitor.config import load_settings
+from monitor.ports import free_port
 from monitor.quality.run import QualityRunner
 from monitor.quality.sample import Sample
 from monitor.quality.sources.requestlog import RequestLogSource
@@ -32,12 +32,6 @@ from monitor.store.quality import QualityStore
 from monitor.store.session import Store
 
 DAY = "2026-11-29"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _samples(count: int, start: float) -> list[Sample]:
@@ -72,7 +66,7 @@ async def one_run(samples: int, concurrency: int, judge_url: str, directory: Pat
 
 
 async def main(samples: int, latency: float, concurrencies: list[int]) -> None:
-    port = _free_port()
+    port = free_port()
     judge = subprocess.Popen([sys.executable, "-m", "monitor.sim.judge", "--port", str(port),
                               "--latency", str(latency)])
     try:

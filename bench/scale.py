@@ -32,7 +32,8 @@ import yaml
 
 from bench.pagefarm import PageFarm, process_cpu_seconds, process_rss_bytes
 from bench.pages import fleet_page, grown, v1_page
-from bench.promserver import PrometheusServer, free_port
+from bench.promserver import PrometheusServer
+from monitor.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "recording.yml"

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import socket
 import tempfile
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime, timedelta
@@ -24,6 +23,7 @@ import uvicorn
 from monitor.app import create_app
 from monitor.config import Settings, load_settings
 from monitor.infra.replay import ReplayNvml
+from monitor.ports import free_port
 from monitor.runtime import Monitor
 from monitor.service.collector import COLLECTOR as SERVICE_COLLECTOR
 from monitor.sim.demo_cycle import HeldReplayClock, demo_rules, scheduled_load
@@ -84,12 +84,6 @@ def demo_settings(sim_url: str, port: int, extra: dict[str, Any] | None = None,
     return load_settings(None, sections)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def run_demo(port: int = 9480, duration: float | None = None, keep_state: bool = False) -> None:
     """A fresh state each time (a temporary database: no alerts or runs of an earlier demo come
     back) unless `keep_state`, which keeps ./infermon-demo.db across demos."""
@@ -108,10 +102,10 @@ async def _run_demo(port: int, duration: float | None, state: Path) -> None:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not off the main thread
                 asyncio.get_running_loop().add_signal_handler(stop, main.cancel)
     sim = SimulatedEngine(EngineConfig(max_num_seqs=DEMO_MAX_NUM_SEQS), faults=demo_schedule())
-    sim_port = _free_port()
+    sim_port = free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
     tasks: list[asyncio.Task[Any]] = []
-    judge_port, sink_port = _free_port(), _free_port()
+    judge_port, sink_port = free_port(), free_port()
     try:
         await _helper(tasks, "simulator", lambda started: serve(sim, port=sim_port, started=started))
         await _helper(tasks, "judge-simulator", lambda started: serve_judge(judge_port, started))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import string
 import subprocess
 import time
@@ -31,6 +30,8 @@ from types import TracebackType
 import httpx
 import numpy as np
 import pytest
+
+from monitor.ports import free_port
 
 ROOT = Path(__file__).parents[1]
 SCRIPT = ROOT / "scripts" / "llama_server.sh"
@@ -136,13 +137,6 @@ def tiny_model(path: Path, seed: int = 0) -> Path:
     writer.write_tensors_to_file()
     writer.close()
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class LlamaServer:

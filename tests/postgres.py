@@ -10,7 +10,6 @@ import glob
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -20,6 +19,8 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
+
+from monitor.ports import free_port
 
 MISSING = "PostgreSQL server binaries not found: install the Debian package 'postgresql' (apt-get install postgresql)"
 
@@ -41,12 +42,6 @@ def _bindir() -> Path | None:
 def _as_server_user(args: list[str]) -> list[str]:
     # initdb and postgres refuse to run as root: run them as the package's `postgres` user
     return ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else args
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _stop(data: Path) -> None:
@@ -78,7 +73,7 @@ def postgres_server() -> Iterator[str]:
     root = Path(tempfile.mkdtemp(prefix="infermon-pg-"))
     if os.geteuid() == 0:
         shutil.chown(root, "postgres", "postgres")
-    data, port = root / "data", _free_port()
+    data, port = root / "data", free_port()
     initdb = [str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "infermon", "--no-sync"]
     options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
     start = [str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-w", "-l", str(root / "log"), "start"]

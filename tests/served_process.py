@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,13 +17,9 @@ from typing import Any
 import httpx
 import yaml
 
+from monitor.ports import free_port
+
 INFERMON = Path(sys.executable).parent / "infermon"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Served(str):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.promserver import free_port
+from monitor.ports import free_port
 from tests.pageserver import Page, PageServer
 from tests.served_process import stop
 from tests.service.exporters import prefixed

@@ -130,7 +130,7 @@ def test_cli_db_upgrade(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_cli_db_upgrade_unreachable_server_hides_the_password(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.alerting.test_alertmanager import free_port
+    from monitor.ports import free_port
 
     port = free_port()  # nobody listens there
     monkeypatch.setenv("INFERMON_STORAGE__URL", f"postgresql+psycopg://monitor:s3cret@127.0.0.1:{port}/infermon")
@@ -141,7 +141,7 @@ def test_cli_db_upgrade_unreachable_server_hides_the_password(monkeypatch: pytes
 
 
 def test_serve_with_an_unreachable_database_says_so_without_the_password(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.alerting.test_alertmanager import free_port
+    from monitor.ports import free_port
 
     monkeypatch.setenv("INFERMON_STORAGE__URL", f"postgresql+psycopg://monitor:s3cret@127.0.0.1:{free_port()}/x")
     result = CliRunner().invoke(app, ["serve", "--port", "0"])

@@ -4,7 +4,6 @@ its signature with the documented algorithm. Our fingerprints equal Alertmanager
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,17 +15,12 @@ from typing import Any
 import httpx
 
 from monitor.alerting.model import fingerprint
+from monitor.ports import free_port
 from tests.alerting.imserver import KINDS, ImServer
 from tests.alerting.test_am_receiver import API_TOKEN, monitor_app, wait_for
 from tests.conftest import require_binary
 
 DEPLOY = Path(__file__).parents[2] / "deploy" / "alertmanager" / "alertmanager.yml"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager

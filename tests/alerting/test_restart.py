@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import yaml
 
+from monitor.ports import free_port
 from tests.alerting.alertmanager_payload import am_payload
 from tests.alerting.imserver import BEARER, SECRETS, TOKENS, ImServer
-from tests.alerting.test_alertmanager import free_port
 from tests.alerting.test_am_receiver import API_TOKEN, wait_for
 
 INFERMON = Path(sys.executable).parent / "infermon"

@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 import yaml
 
+from monitor.ports import free_port
 from monitor.store.quality import QualityStore
 from monitor.store.session import Store
 from tests.alerting.imserver import BEARER, ImServer
-from tests.alerting.test_alertmanager import free_port
 from tests.alerting.test_am_receiver import wait_for
 from tests.alerting.test_restart import INFERMON, _healthy
 

@@ -19,7 +19,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from bench.promserver import PrometheusServer, free_port
+from bench.promserver import PrometheusServer
+from monitor.ports import free_port
 from tests.conftest import require_binary
 from tests.dashboards.panels import LABEL_VALUES, ROOT, PanelQuery, expanded_variables, queries
 from tests.served_process import stop

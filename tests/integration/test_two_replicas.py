@@ -19,9 +19,9 @@ import httpx
 import yaml
 from sqlalchemy import create_engine, text
 
+from monitor.ports import free_port
 from tests.alerting.alertmanager_payload import am_payload
 from tests.alerting.imserver import BEARER, ImServer
-from tests.alerting.test_alertmanager import free_port
 from tests.alerting.test_am_receiver import API_TOKEN, wait_for
 
 INFERMON = Path(sys.executable).parent / "infermon"

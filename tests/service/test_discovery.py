@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.promserver import free_port
 from monitor.config import load_settings
+from monitor.ports import free_port
 from monitor.runtime import Monitor
 from monitor.service.discovery import DiscoveryError, parse_target_groups
 from tests.appserver import serve_app

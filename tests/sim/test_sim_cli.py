@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from monitor.ports import free_port
 
 
 def test_module_entry_serves_load_and_exits():
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-W", "error", "-m", "monitor.sim", "--port", str(port),
                "--rps", "10", "--duration", "0.5", "--time-scale", "0.01", "--seed", "1"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=20, check=True)

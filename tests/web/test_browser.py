@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from bench.promserver import free_port
+from monitor.ports import free_port
 from monitor.runtime import Monitor
 from monitor.web.page import gib, ms, num, pct, usd
 from tests.appserver import serve_app
