@@ -52,7 +52,7 @@ from monitor.service.derive import (
     window_rates,
 )
 from monitor.service.discovery import DiscoveryError, FileDiscovery
-from monitor.service.engines import EngineSpec, detect, find_engine, is_router
+from monitor.service.engines import EngineSpec, detect, find_engine, is_router, router_sample
 from monitor.service.extract import ExtractMemo, LoraState, Snapshot, extract
 from monitor.service.recognize import unrecognized_reason
 from monitor.service.series import SeriesStore
@@ -67,6 +67,8 @@ COLLECTOR = "service"
 DISCOVERY = "file_sd"
 STALE_INTERVALS = 2  # a target not scraped successfully for this many intervals has no derived series
 _EPOCHS = itertools.count()
+ROUTER_PAGE = ("a router page (vLLM production-stack: vllm:current_qps{server}), not a serving engine: "
+               "scrape the engines behind it")
 TargetLines = tuple[tuple[object, ...], dict[str, str]]
 """A target's lines of /metrics, family name -> lines, and the key of the view they were rendered for."""
 
@@ -380,23 +382,25 @@ class ServiceCollector:
     def _ingest(self, state: TargetState, text: str, openmetrics: bool, ts: float) -> None:
         check_text(text)
         prefix = state.target.metric_prefix
-        if is_router(text, prefix):
-            raise PageError("a router page (vLLM production-stack: vllm:current_qps{server}), not a serving engine: "
-                            "scrape the engines behind it")
         spec = detect(text, prefix, state.target.engine)
         if spec is None:
+            if is_router(text, prefix):
+                raise PageError(ROUTER_PAGE)
             state.unrecognized = unrecognized_reason(text, state.parser, prefix, state.target.engine)
             state.latest, state.engine, state.models = None, None, frozenset()
             state.store.clear()
             state.baseline.clear()
             return
+        # The router's marker is among the names this parse reads: no scan of the page of its own.
+        page = state.parser.parse(text, spec.page_names(prefix), openmetrics)
+        if router_sample(page):
+            raise PageError(ROUTER_PAGE)
         state.unrecognized = None
         if spec is not state.engine:
             # Another engine or generation: old snapshots use other names, start afresh.
             state.store.clear()
             state.baseline.clear()
             state.engine = spec
-        page = state.parser.parse(text, spec.page_names(prefix), openmetrics)
         default_model = state.target.model or "unknown"
         snap = extract(page, spec, ts, default_model, state.memo)
         state.duplicates, state.non_finite = page.duplicates, snap.non_finite

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from monitor.promtext import Labels
+from monitor.promtext import Labels, Page
 
 _ACCEPTED_LIMIT = 1 << 16
 Match = tuple[tuple[str, str], ...]
@@ -155,6 +155,8 @@ def _page_names(spec: EngineSpec, prefix: str) -> dict[str, str]:
     names = _PAGE_NAMES.get(key)
     if names is None:
         names = {spelled: name for name in sorted(spec.wanted) for spelled in spellings(name, prefix)}
+        # A router's marker, read by the parse an engine's page takes anyway (`router_sample`).
+        names.update({spelled: ROUTER_SAMPLE for marker in ROUTER_MARKERS for spelled in spellings(marker, prefix)})
         _PAGE_NAMES[key] = names
     return names
 
@@ -452,6 +454,17 @@ ENGINES: list[EngineSpec] = [VLLM_V1, VLLM_V0, SGLANG, TGI, LLAMACPP]
 ROUTER_MARKERS = ("vllm:current_qps",)
 """vLLM production-stack's router publishes per-backend numbers under the engine's prefix
 (`vllm:current_qps{server}`, `vllm:avg_latency{server}`, ...): a router page, never an engine's."""
+
+
+ROUTER_SAMPLE = "router marker"
+"""The name a page's router marker sample (any spelling) is filed under by `page_names`' parse:
+no engine table reads a name with a blank in it."""
+
+
+def router_sample(page: Page) -> bool:
+    """`is_router` on a page parsed with `page_names`: where the page was detected as an engine's,
+    its parse has read the markers, and the whole text need not be scanned for them again."""
+    return ROUTER_SAMPLE in page.samples
 
 
 def is_router(text: str, prefix: str = "") -> bool:

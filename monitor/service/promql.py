@@ -259,7 +259,59 @@ def bucket_quantiles(qs: Sequence[float], bounds: Sequence[float], counts: Float
     if n < 2 or not math.isinf(bounds[-1]) or bounds[-1] < 0:
         out[:] = [_out_of_range(q) for q in qs]
         return out
-    upper_bounds = np.asarray(bounds, dtype=np.float64)
+    upper_bounds = np.broadcast_to(np.asarray(bounds, dtype=np.float64), counts.shape)
+    return _vector_quantiles(qs, bounds, upper_bounds, counts, np.full(n_rows, n - 1))
+
+
+def ragged_bucket_quantiles(qs: Sequence[float], groups: Sequence[tuple[Sequence[float], Floats]]) -> list[Floats]:
+    """`bucket_quantiles(qs, bounds, counts)` of each group, in one numpy pass for all the groups
+    it vectorises (ascending bounds without NaN, two or more, the last +Inf): numpy's cost per call,
+    not the rows, is what a derivation's few dozen histograms per set of bounds pay.
+
+    Each row is padded on the right to the widest group's width with copies of its +Inf bucket
+    (bound +Inf, its count). A quantile's search then stops at the row's own +Inf bucket at the
+    latest (its count, the total, reaches every rank q * total with 0 <= q <= 1), so each row gives
+    exactly what its group alone gives.
+    """
+    out: list[Floats | None] = [None] * len(groups)
+    merged = []
+    for at, (bounds, counts) in enumerate(groups):
+        if len(bounds) >= 2 and math.isinf(bounds[-1]) and bounds[-1] > 0 and not any(math.isnan(b) for b in bounds):
+            merged.append(at)
+        else:
+            out[at] = bucket_quantiles(qs, bounds, counts)
+    if merged:
+        width = max(len(groups[at][0]) for at in merged)
+        total_rows = sum(groups[at][1].shape[0] for at in merged)
+        padded, upper_bounds = np.empty((total_rows, width)), np.empty((total_rows, width))
+        last = np.empty(total_rows, dtype=np.int64)
+        row = 0
+        for at in merged:
+            bounds, counts = groups[at]
+            n_rows, n = counts.shape
+            block = slice(row, row + n_rows)
+            padded[block, :n], padded[block, n:] = counts, counts[:, n - 1 :]
+            upper_bounds[block, :n], upper_bounds[block, n:] = bounds, math.inf
+            last[block] = n - 1
+            row += n_rows
+        every = _vector_quantiles(qs, None, upper_bounds, padded, last)
+        row = 0
+        for at in merged:
+            n_rows = groups[at][1].shape[0]
+            out[at] = every[row : row + n_rows]
+            row += n_rows
+    return [found for found in out if found is not None]
+
+
+def _vector_quantiles(
+    qs: Sequence[float], bounds: Sequence[float] | None, upper_bounds: Floats, counts: Floats,
+    last: npt.NDArray[np.int64],
+) -> Floats:
+    """The vector path of `bucket_quantiles`: `upper_bounds` per row (histograms x buckets), each
+    row's +Inf bucket at `last`; a row it cannot match exactly is walked on its own bounds (the
+    first `last + 1` of its row, or `bounds` where given)."""
+    n_rows = counts.shape[0]
+    out = np.empty((n_rows, len(qs)))
     repaired = np.maximum.accumulate(counts, axis=1)
     exact = _vector_exact(counts, repaired)
     total = repaired[:, -1]
@@ -272,18 +324,20 @@ def bucket_quantiles(qs: Sequence[float], bounds: Sequence[float], counts: Float
             rank = q * total
             # Go's sort.Search over all but +Inf: the first bucket whose count reaches the rank.
             reach = repaired[:, :-1] >= rank[:, None]
-            index = np.where(reach.any(axis=1), reach.argmax(axis=1), n - 1)
-            upper = upper_bounds[index]
+            index = np.where(reach.any(axis=1), reach.argmax(axis=1), last)
+            upper = upper_bounds[rows, index]
             count = repaired[rows, index]
             inside = index > 0
             below = np.where(inside, repaired[rows, index - 1], 0.0)
-            lower = np.where(inside, upper_bounds[index - 1], 0.0)
+            lower = np.where(inside, upper_bounds[rows, index - 1], 0.0)
             value = lower + (upper - lower) * ((rank - below) / (count - below))
-            value = np.where(index == n - 1, upper_bounds[n - 2], value)
+            value = np.where(index == last, upper_bounds[rows, last - 1], value)
             value = np.where((index == 0) & (upper <= 0), upper, value)
             out[:, column] = np.where(total == 0, math.nan, value)
     for row in np.nonzero(~exact)[0].tolist():
-        out[row] = histogram_quantiles(qs, list(zip(bounds, counts[row].tolist(), strict=True)))
+        width = int(last[row]) + 1
+        own = bounds if bounds is not None else upper_bounds[row, :width].tolist()
+        out[row] = histogram_quantiles(qs, list(zip(own, counts[row, :width].tolist(), strict=True)))
     return out
 
 

@@ -131,18 +131,31 @@ def test_engines_order_and_markers_do_not_collide() -> None:
     assert ENGINES.index(spec_for("vllm", "v1")) < ENGINES.index(spec_for("vllm", "v0"))
 
 
-def test_a_router_page_is_said_to_be_a_router_not_an_engine() -> None:
+@pytest.mark.parametrize("with_engine_names", [False, True])
+def test_a_router_page_is_said_to_be_a_router_not_an_engine(with_engine_names: bool) -> None:
+    # A router page with no engine's marker is ruled out by a scan of its text; one that also
+    # carries an engine's names (detected as that engine) by the parse of those names.
     import asyncio
 
     import httpx
 
     from monitor.config import load_settings
+    from monitor.promtext import Parser
     from monitor.runtime import Monitor
-    from monitor.service.engines import is_router
+    from monitor.service.engines import is_router, router_sample
 
     text = (FIXTURES / "router_production_stack.prom").read_text()
     assert is_router(text) and is_router(text.replace("vllm:", "vllm_"))
     assert not any(is_router(page_text(name)) for name in EXPECTED)
+    for name in EXPECTED:  # no engine page reads as a router's through its parse either
+        engine = page_text(name)
+        spec = detect(engine)
+        assert spec is not None and not router_sample(Parser().parse(engine, spec.page_names()))
+    if with_engine_names:
+        text = page_text("vllm_v1.prom") + text
+        for spelled in (text, text.replace("vllm:", "vllm_")):
+            spec = detect(spelled)
+            assert spec is not None and router_sample(Parser().parse(spelled, spec.page_names()))
     settings = load_settings(None, {"infra": {"nvml": {"enabled": "false"}}, "alerting": {"enabled": False},
                                     "service": {"targets": [{"name": "router", "url": "http://router/metrics"}]}})
 

@@ -21,6 +21,7 @@ from monitor.service.promql import (
     histogram_fraction,
     histogram_quantile,
     histogram_quantiles,
+    ragged_bucket_quantiles,
     reset_corrected_delta,
 )
 
@@ -208,6 +209,35 @@ def test_many_histograms_at_once_equal_one_by_one(bounds: tuple[float, ...]) -> 
         for threshold, found in fractions.items():
             alone = fraction_at_or_below(threshold, sorted(zip(bounds, row, strict=True)))
             assert found[at] == pytest.approx(alone, nan_ok=True, rel=0, abs=0), (threshold, row)
+
+
+def test_groups_of_other_bounds_at_once_equal_each_group_alone() -> None:
+    """`ragged_bucket_quantiles` pads each row to the widest group with its +Inf bucket: every row
+    gives bit for bit what its group alone gives, hostile rows, groups of one bucket or without
+    +Inf, and a NaN bound (all walked on their own) among them."""
+    rng = random.Random(7)
+    shapes = [
+        (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, math.inf),
+        (0.5, 1.0, math.inf),
+        (-1.0, -0.5, 0.0, 0.5, math.inf),
+        (0.0, math.inf),
+        (math.inf,),
+        (0.1, 0.2, 1.0),
+        (0.1, 0.2, math.inf, math.nan),
+        (-math.inf, 0.5, math.inf),
+        (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, math.inf),
+    ]
+    groups = [(bounds, np.array(_hostile_rows(rng, len(bounds)), dtype=np.float64)) for bounds in shapes]
+    qs = (0.5, 0.95, 0.99, 0.0, 1.0, -0.5, 1.5, math.nan)
+    together = ragged_bucket_quantiles(qs, groups)
+    assert len(together) == len(groups)
+    for (bounds, counts), found in zip(groups, together, strict=True):
+        alone = bucket_quantiles(qs, bounds, counts)
+        assert found.shape == alone.shape
+        np.testing.assert_array_equal(found, alone, err_msg=str(bounds))  # NaN equals NaN here
+        for row, values in zip(counts.tolist(), found.tolist(), strict=True):
+            one = histogram_quantiles(qs, list(zip(bounds, row, strict=True)))
+            assert values == pytest.approx(one, nan_ok=True, rel=0, abs=0), (bounds, row)
 
 
 def test_the_vector_path_takes_the_usual_rows_and_leaves_tolerance_rows_to_the_walk() -> None:
