@@ -36,7 +36,7 @@ from monitor.health import HealthBook
 from monitor.promtext import check_text
 from monitor.scrape import fetch_target_page
 from monitor.service.collector import ServiceCollector, ServiceView, TargetState
-from monitor.service.engines import detect, is_router
+from monitor.service.engines import detect
 from monitor.service.extract import Snapshot, extract
 from monitor.service.render import ServiceText
 
@@ -69,7 +69,7 @@ def stages(collector: ServiceCollector, state: TargetState, text: str, openmetri
 
     steps: dict[str, object] = {
         "check": lambda: check_text(text),
-        "detect": lambda: (is_router(text, prefix), detect(text, prefix, state.target.engine)),
+        "detect": lambda: detect(text, prefix, state.target.engine),  # a router's marker: read by the parse
         "parse": lambda: state.parser.parse(text, spec.page_names(prefix), openmetrics),
         "extract": snapshot,
         "store": lambda: state.store.append(snapshot()),  # minus the extract above
