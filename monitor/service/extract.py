@@ -8,7 +8,7 @@ per series before anything is summed. Gauges are combined per model right away.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import itemgetter
@@ -25,6 +25,45 @@ bucket, as Prometheus' coalesceBuckets does; keying on the number alone would le
 the other."""
 
 
+class BucketSeries(Mapping[BucketKey, float]):
+    """One model's buckets of one family as its bucket plan splits them: the plan's keys (the same
+    objects scrape after scrape) beside this scrape's values, in page order.
+
+    What reads them (the series store, a baseline point) walks keys and values side by side; a
+    dict of them would hash every (labels, le) key on every scrape (~0.2 ms of a 10-model page's
+    0.5 ms extract). A lookup by key builds that dict, once.
+    """
+
+    __slots__ = ("_by_key", "_keys", "_values")
+
+    def __init__(self, keys: Sequence[BucketKey], values: Sequence[float]) -> None:
+        self._keys, self._values = keys, values
+        self._by_key: dict[BucketKey, float] | None = None
+
+    def __iter__(self) -> Iterator[BucketKey]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __getitem__(self, key: BucketKey) -> float:
+        if self._by_key is None:
+            self._by_key = dict(zip(self._keys, self._values, strict=True))
+        return self._by_key[key]
+
+    def values(self) -> Sequence[float]:  # type: ignore[override]  # a sequence: read in order, never a view
+        return self._values
+
+    def items(self) -> Iterator[tuple[BucketKey, float]]:  # type: ignore[override]
+        return zip(self._keys, self._values, strict=True)
+
+    def __repr__(self) -> str:
+        return f"BucketSeries({dict(self.items())!r})"
+
+    def __reduce__(self) -> tuple[type[BucketSeries], tuple[tuple[BucketKey, ...], tuple[float, ...]]]:
+        return BucketSeries, (tuple(self._keys), tuple(self._values))
+
+
 @dataclass(frozen=True, slots=True)
 class LoraState:
     """The adapters of the newest vllm:lora_requests_info series (its value: when it was set)."""
@@ -39,8 +78,8 @@ class Snapshot:
     ts: float
     # metric -> model -> series labels -> value
     counters: dict[str, dict[str, dict[Labels, float]]] = field(default_factory=dict)
-    # metric -> model -> (labels without le, le) -> cumulative count
-    buckets: dict[str, dict[str, dict[BucketKey, float]]] = field(default_factory=dict)
+    # metric -> model -> (the bucket's labels, le) -> cumulative count (a `BucketSeries` or a dict)
+    buckets: dict[str, dict[str, Mapping[BucketKey, float]]] = field(default_factory=dict)
     # metric -> model -> value
     gauges: dict[str, dict[str, float]] = field(default_factory=dict)
     # metric -> model -> the kept label's value (rank, reason, state) -> value
@@ -194,7 +233,7 @@ def _model_reader(spec: EngineSpec, default_model: str) -> ModelOf:
 
 
 def _buckets(series: dict[Labels, float], model_of: ModelOf, snap: Snapshot,
-             memo: tuple[dict[str, _BucketPlan], str] | None = None) -> dict[str, dict[BucketKey, float]]:
+             memo: tuple[dict[str, _BucketPlan], str] | None = None) -> dict[str, Mapping[BucketKey, float]]:
     if memo is not None:
         plans, name = memo
         keys = tuple(series)
@@ -203,7 +242,7 @@ def _buckets(series: dict[Labels, float], model_of: ModelOf, snap: Snapshot,
             plan = plans[name] = _bucket_plan(keys, model_of)
         values = list(series.values())
         if all(map(math.isfinite, values)):  # else the plain way below, which counts what it drops
-            return {model: dict(zip(identities, pick(values), strict=True)) for model, identities, pick in plan.models}
+            return {model: BucketSeries(identities, pick(values)) for model, identities, pick in plan.models}
     per_model: dict[str, dict[BucketKey, float]] = {}
     for labels, value in series.items():
         if not math.isfinite(value):
@@ -212,7 +251,7 @@ def _buckets(series: dict[Labels, float], model_of: ModelOf, snap: Snapshot,
         identity = _split_le(labels)
         if identity is not None:
             per_model.setdefault(model_of(labels), {})[identity] = value
-    return per_model
+    return dict(per_model)  # the same dicts, typed as the mappings a plan gives otherwise
 
 
 def _bucket_plan(keys: tuple[Labels, ...], model_of: ModelOf) -> _BucketPlan:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,7 +101,7 @@ class SeriesStore:
                             np.concatenate((self._resets[2], last[reset_rows])))
         np.copyto(last, scraped, where=valid)
 
-    def _rows(self, family: Family, series: dict[Any, float], key_of: KeyOf) -> Ints:
+    def _rows(self, family: Family, series: Mapping[Any, float], key_of: KeyOf) -> Ints:
         """The rows of one family's series, in the dict's order: as last time when its keys are the
         same (the same objects, scrape after scrape: one comparison in C), else looked up."""
         keys = tuple(series)
@@ -375,7 +375,7 @@ def to_ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-def _families(snap: Snapshot) -> Iterator[tuple[Family, dict[Any, float], KeyOf]]:
+def _families(snap: Snapshot) -> Iterator[tuple[Family, Mapping[Any, float], KeyOf]]:
     """Each (kind, metric, model)'s series of a snapshot, with how a series' key is made."""
     for metric, by_model in snap.counters.items():
         for model, series in by_model.items():

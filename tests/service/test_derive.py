@@ -190,6 +190,34 @@ def test_a_target_memo_reads_its_pages_as_a_fresh_extract_does() -> None:
                                              memo).non_finite == 1
 
 
+def test_a_memo_gives_bucket_series_side_by_side_that_read_as_the_dicts() -> None:
+    # The memo's buckets are the plan's keys beside this scrape's values, not a dict hashing each
+    # (labels, le) again: read as a mapping, pickled (parse workers) and stored (baseline points)
+    # they are the dict a fresh extract gives.
+    import pickle
+
+    from monitor.promtext import Parser
+    from monitor.service.extract import BucketSeries, ExtractMemo
+    from monitor.store.baseline import _decode, _encode
+
+    ttft = {"0.1": 1.0, "1": 3.0, "+Inf": 4.0}
+    parser, memo = Parser(), ExtractMemo()
+    first = extract(parser.parse(page(ttft, 10.0), VLLM_V1.wanted), VLLM_V1, 1.0, "unknown", memo)
+    later = extract(parser.parse(page({le: 2 * c for le, c in ttft.items()}, 20.0), VLLM_V1.wanted), VLLM_V1, 2.0,
+                    "unknown", memo)
+    fresh = extract(parse(page({le: 2 * c for le, c in ttft.items()}, 20.0), VLLM_V1.wanted), VLLM_V1, 2.0, "unknown")
+    series, plain = later.buckets["ttft"][MODEL], fresh.buckets["ttft"][MODEL]
+    assert isinstance(series, BucketSeries) and isinstance(plain, dict)
+    assert all(a is b for a, b in zip(series, first.buckets["ttft"][MODEL], strict=True))  # the plan's keys
+    assert series == plain and plain == series and dict(series) == plain
+    assert list(series.items()) == list(plain.items()) and list(series.values()) == list(plain.values())
+    key = next(iter(plain))
+    assert series[key] == plain[key] and key in series and len(series) == len(plain)
+    assert series.get(("nothing", 0.0)) is None
+    assert pickle.loads(pickle.dumps(series)) == plain
+    assert _decode(2.0, _encode(later)).buckets == fresh.buckets
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_store_rates_equal_the_reference_per_series_with_gaps_at_any_column(seed: int) -> None:
     # Each series misses random scrapes, the window's end columns included, and some restart
