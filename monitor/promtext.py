@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 Labels = tuple[tuple[str, str], ...]
 """A label set as sorted (name, value) pairs: hashable and independent of page order."""
@@ -47,14 +48,63 @@ class PageError(ValueError):
     plain = True
 
 
+_K = TypeVar("_K", bound=Hashable)
+
+
+class Columns(Mapping[_K, float], Generic[_K]):
+    """Series keys beside their values, in page order, where the keys are the very objects of the
+    last scrape (a family's label sets from the parser's heads, a bucket plan's keys).
+
+    What reads a family walks keys and values side by side (the extract, the series store, a
+    baseline point); a dict of them would hash every key again on every scrape (~0.2 ms of a
+    342 KB page's parse, as much again in its extract). A lookup by key builds that dict, once.
+    """
+
+    __slots__ = ("_by_key", "_keys", "_values")
+
+    def __init__(self, keys: Sequence[_K], values: Sequence[float]) -> None:
+        self._keys, self._values = keys, values
+        self._by_key: dict[_K, float] | None = None
+
+    def __iter__(self) -> Iterator[_K]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __getitem__(self, key: _K) -> float:
+        if self._by_key is None:
+            self._by_key = dict(zip(self._keys, self._values, strict=True))
+        return self._by_key[key]
+
+    def values(self) -> Sequence[float]:  # type: ignore[override]  # a sequence, read in order; no view
+        return self._values
+
+    def items(self) -> Iterator[tuple[_K, float]]:  # type: ignore[override]
+        return zip(self._keys, self._values, strict=True)
+
+    def __repr__(self) -> str:
+        return f"Columns({dict(self.items())!r})"
+
+    def __reduce__(self) -> tuple[type[Columns[_K]], tuple[tuple[_K, ...], tuple[float, ...]]]:
+        return Columns, (tuple(self._keys), tuple(self._values))
+
+
+Series = Mapping[Labels, float]
+"""One sample name's series on a page: labels -> value (a dict, or `Columns`), in page order."""
+_Pending = tuple[list[Labels], list[float]]
+"""A sample name's labels and values as a parse reads them, line by line, before `_finish`."""
+_KEYS_LIMIT = 4096  # sample names whose last label sets a parser keeps
+
+
 @dataclass(slots=True)
 class Page:
-    samples: dict[str, dict[Labels, float]] = field(default_factory=dict)
+    samples: dict[str, Series] = field(default_factory=dict)
     types: dict[str, str] = field(default_factory=dict)
     duplicates: int = 0
     openmetrics: bool = False
 
-    def series(self, name: str) -> dict[Labels, float]:
+    def series(self, name: str) -> Series:
         return self.samples.get(name, {})
 
 
@@ -105,6 +155,9 @@ class Parser:
         self._wanted_cache: dict[int, tuple[Wanted, dict[str, str], frozenset[str]]] = {}
         self._valid_names: set[str] = set()
         self._family_patterns: dict[str, re.Pattern[str]] = {}
+        # Per sample name, its label sets on the last page (shared heads' objects) and how many of
+        # them were duplicates: the same sequence again is the same series, no key hashed.
+        self._keys: dict[str, tuple[tuple[Labels, ...], int]] = {}
 
     def heads(self, wanted: Wanted | None) -> Mapping[str, tuple[str, Labels]]:
         """The line heads remembered under `wanted`: each was read in full on a line that was
@@ -129,9 +182,11 @@ class Parser:
         body_end = _eof_line(text) if page.openmetrics else len(text)
         aliases = None if wanted is None else self._aliases(wanted)
         saw_eof = False
+        pending: dict[str, _Pending] = {}
         for start, end in self._spans(text, body_end, wanted, page):
-            saw_eof = self._lines(text, start, end, page, aliases, saw_eof)
-        saw_eof = self._lines(text, body_end, len(text), page, aliases, saw_eof)
+            saw_eof = self._lines(text, start, end, page, pending, aliases, saw_eof)
+        saw_eof = self._lines(text, body_end, len(text), page, pending, aliases, saw_eof)
+        self._finish(page, pending)
         if page.openmetrics and not saw_eof:
             raise PageError("OpenMetrics page without '# EOF': truncated")
         return page
@@ -188,14 +243,16 @@ class Parser:
         return pattern.search(text, line_end, stop) is None
 
     def _lines(
-        self, text: str, start: int, end: int, page: Page, aliases: dict[str, str] | None, saw_eof: bool
+        self, text: str, start: int, end: int, page: Page, pending: dict[str, _Pending],
+        aliases: dict[str, str] | None, saw_eof: bool,
     ) -> bool:
         if start >= end:
             return saw_eof
-        heads, samples = self._heads, page.samples
+        heads = self._heads
         ascii_text = text.isascii()  # O(1) for a str; then no tail needs its own check
-        filed: str | None = None  # the name of `series` (a family's lines come one after another)
-        series: dict[Labels, float] = {}
+        filed: str | None = None  # the name `keys` and `values` are of (a family's lines come together)
+        keys: list[Labels] = []
+        values: list[float] = []
         for index, line in enumerate(text[start:end].split("\n")):
             if saw_eof:
                 if line.strip():
@@ -214,13 +271,12 @@ class Parser:
                     else:
                         name, labels = known
                         if name is not filed:
-                            found = samples.get(name)
+                            found = pending.get(name)
                             if found is None:
-                                found = samples[name] = {}
-                            series, filed = found, name
-                        # A fresh float is returned only when it went in: one hash of the labels.
-                        if series.setdefault(labels, value) is not value:
-                            page.duplicates += 1
+                                found = pending[name] = ([], [])
+                            (keys, values), filed = found, name
+                        keys.append(labels)  # duplicates are counted once the page is read (`_finish`)
+                        values.append(value)
                         continue
             if not line or line.isspace():
                 continue
@@ -228,7 +284,7 @@ class Parser:
                 saw_eof = self._comment(line, page)
                 continue
             try:
-                self._sample(line, page, aliases)
+                self._sample(line, pending, aliases)
             except (ValueError, IndexError) as exc:
                 raise PageError(f"line {_line_number(text, start, index)}: {exc}: {_snippet(line)}") from None
         return saw_eof
@@ -242,7 +298,7 @@ class Parser:
             page.types[parts[2]] = parts[3].strip()
         return False
 
-    def _sample(self, line: str, page: Page, aliases: dict[str, str] | None) -> None:
+    def _sample(self, line: str, pending: dict[str, _Pending], aliases: dict[str, str] | None) -> None:
         # name{labels} value [timestamp] [# exemplar]; blanks are spaces or tabs; the name may
         # instead be quoted inside the braces ({"name", a="1"}, Prometheus 3's UTF-8 syntax).
         if line[0] == "{":
@@ -272,11 +328,32 @@ class Parser:
         value = _value(rest)
         if rest.split() == [line.rpartition(" ")[2]]:  # `head value`, nothing after the value
             self._remember(line, (name, labels))
-        series = page.samples.setdefault(name, {})
-        if labels in series:
-            page.duplicates += 1  # first one wins, like a Prometheus scrape reports it
-            return
-        series[labels] = value
+        found = pending.get(name)
+        if found is None:
+            found = pending[name] = ([], [])
+        found[0].append(labels)
+        found[1].append(value)
+
+    def _finish(self, page: Page, pending: dict[str, _Pending]) -> None:
+        """Each sample name's series from its lines: the label sets of the last page again (the
+        same objects, one comparison in C) are that page's series with these values; otherwise a
+        dict, the first of duplicate series kept, as a Prometheus scrape reports them."""
+        known = self._keys
+        if len(known) > _KEYS_LIMIT:
+            known.clear()
+        for name, (keys, values) in pending.items():
+            read = tuple(keys)
+            last = known.get(name)
+            if last is not None and not last[1] and last[0] == read:
+                page.samples[name] = Columns(last[0], values)
+                continue
+            series: dict[Labels, float] = {}
+            for labels, value in zip(read, values, strict=True):
+                series.setdefault(labels, value)
+            duplicates = len(read) - len(series)
+            page.duplicates += duplicates
+            known[name] = (read, duplicates)
+            page.samples[name] = series
 
     def _remember(self, line: str, sample: tuple[str, Labels] | None) -> None:
         head, space, _ = line.rpartition(" ")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import itemgetter
 
-from monitor.promtext import Labels, Page, go_float
+from monitor.promtext import Columns, Labels, Page, Series, go_float
 from monitor.service.engines import HTTP_API_PREFIX, HTTP_LABELS, EngineSpec, GaugeSpec, Selector
 
 ModelOf = Callable[[Labels], str]
@@ -23,45 +23,6 @@ BucketKey = tuple[Labels, float]
 `le="0.2"` and `le="2e-1"` are two series, each rate()'d on its own, whose rates add up in one
 bucket, as Prometheus' coalesceBuckets does; keying on the number alone would let one overwrite
 the other."""
-
-
-class BucketSeries(Mapping[BucketKey, float]):
-    """One model's buckets of one family as its bucket plan splits them: the plan's keys (the same
-    objects scrape after scrape) beside this scrape's values, in page order.
-
-    What reads them (the series store, a baseline point) walks keys and values side by side; a
-    dict of them would hash every (labels, le) key on every scrape (~0.2 ms of a 10-model page's
-    0.5 ms extract). A lookup by key builds that dict, once.
-    """
-
-    __slots__ = ("_by_key", "_keys", "_values")
-
-    def __init__(self, keys: Sequence[BucketKey], values: Sequence[float]) -> None:
-        self._keys, self._values = keys, values
-        self._by_key: dict[BucketKey, float] | None = None
-
-    def __iter__(self) -> Iterator[BucketKey]:
-        return iter(self._keys)
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def __getitem__(self, key: BucketKey) -> float:
-        if self._by_key is None:
-            self._by_key = dict(zip(self._keys, self._values, strict=True))
-        return self._by_key[key]
-
-    def values(self) -> Sequence[float]:  # type: ignore[override]  # a sequence: read in order, never a view
-        return self._values
-
-    def items(self) -> Iterator[tuple[BucketKey, float]]:  # type: ignore[override]
-        return zip(self._keys, self._values, strict=True)
-
-    def __repr__(self) -> str:
-        return f"BucketSeries({dict(self.items())!r})"
-
-    def __reduce__(self) -> tuple[type[BucketSeries], tuple[tuple[BucketKey, ...], tuple[float, ...]]]:
-        return BucketSeries, (tuple(self._keys), tuple(self._values))
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +39,7 @@ class Snapshot:
     ts: float
     # metric -> model -> series labels -> value
     counters: dict[str, dict[str, dict[Labels, float]]] = field(default_factory=dict)
-    # metric -> model -> (the bucket's labels, le) -> cumulative count (a `BucketSeries` or a dict)
+    # metric -> model -> (the bucket's labels, le) -> cumulative count (`Columns`, or a dict)
     buckets: dict[str, dict[str, Mapping[BucketKey, float]]] = field(default_factory=dict)
     # metric -> model -> value
     gauges: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -178,7 +139,7 @@ def _counter_series(page: Page, selector: Selector, dropped: set[tuple[str, Labe
         yield labels, ((selector.sample, ""), *labels), value
 
 
-def _lora(series: dict[Labels, float]) -> LoraState | None:
+def _lora(series: Series) -> LoraState | None:
     newest = max(((v, labels) for labels, v in series.items() if math.isfinite(v)), default=None)
     if newest is None:
         return None
@@ -192,7 +153,7 @@ def _lora(series: dict[Labels, float]) -> LoraState | None:
                      int(limit) if limit.isdigit() else None)
 
 
-def _finite(name: str, series: dict[Labels, float], dropped: set[tuple[str, Labels]]) -> dict[Labels, float]:
+def _finite(name: str, series: Series, dropped: set[tuple[str, Labels]]) -> dict[Labels, float]:
     finite = {}
     for labels, value in series.items():
         if math.isfinite(value):
@@ -232,7 +193,7 @@ def _model_reader(spec: EngineSpec, default_model: str) -> ModelOf:
     return model_of
 
 
-def _buckets(series: dict[Labels, float], model_of: ModelOf, snap: Snapshot,
+def _buckets(series: Series, model_of: ModelOf, snap: Snapshot,
              memo: tuple[dict[str, _BucketPlan], str] | None = None) -> dict[str, Mapping[BucketKey, float]]:
     if memo is not None:
         plans, name = memo
@@ -242,7 +203,7 @@ def _buckets(series: dict[Labels, float], model_of: ModelOf, snap: Snapshot,
             plan = plans[name] = _bucket_plan(keys, model_of)
         values = list(series.values())
         if all(map(math.isfinite, values)):  # else the plain way below, which counts what it drops
-            return {model: BucketSeries(identities, pick(values)) for model, identities, pick in plan.models}
+            return {model: Columns(identities, pick(values)) for model, identities, pick in plan.models}
     per_model: dict[str, dict[BucketKey, float]] = {}
     for labels, value in series.items():
         if not math.isfinite(value):

@@ -190,14 +190,14 @@ def test_a_target_memo_reads_its_pages_as_a_fresh_extract_does() -> None:
                                              memo).non_finite == 1
 
 
-def test_a_memo_gives_bucket_series_side_by_side_that_read_as_the_dicts() -> None:
+def test_a_memo_gives_bucket_columns_that_read_as_the_dicts() -> None:
     # The memo's buckets are the plan's keys beside this scrape's values, not a dict hashing each
     # (labels, le) again: read as a mapping, pickled (parse workers) and stored (baseline points)
     # they are the dict a fresh extract gives.
     import pickle
 
-    from monitor.promtext import Parser
-    from monitor.service.extract import BucketSeries, ExtractMemo
+    from monitor.promtext import Columns, Parser
+    from monitor.service.extract import ExtractMemo
     from monitor.store.baseline import _decode, _encode
 
     ttft = {"0.1": 1.0, "1": 3.0, "+Inf": 4.0}
@@ -207,7 +207,7 @@ def test_a_memo_gives_bucket_series_side_by_side_that_read_as_the_dicts() -> Non
                     "unknown", memo)
     fresh = extract(parse(page({le: 2 * c for le, c in ttft.items()}, 20.0), VLLM_V1.wanted), VLLM_V1, 2.0, "unknown")
     series, plain = later.buckets["ttft"][MODEL], fresh.buckets["ttft"][MODEL]
-    assert isinstance(series, BucketSeries) and isinstance(plain, dict)
+    assert isinstance(series, Columns) and isinstance(plain, dict)
     assert all(a is b for a, b in zip(series, first.buckets["ttft"][MODEL], strict=True))  # the plan's keys
     assert series == plain and plain == series and dict(series) == plain
     assert list(series.items()) == list(plain.items()) and list(series.values()) == list(plain.values())

@@ -58,6 +58,34 @@ def test_a_warm_parse_files_interleaved_families_and_counts_duplicates_as_a_cold
         assert list(again.samples["a"]) == list(cold.samples["a"])  # the page's order
 
 
+def test_a_warm_parse_gives_the_last_pages_series_in_columns_and_a_changed_family_as_a_dict() -> None:
+    # The label sets of the last page again (the same objects, from the heads): keys beside values,
+    # no key hashed; any change to a family's series (one gone, one added, a duplicate) reads it
+    # afresh as a dict, duplicates counted as a cold parse counts them.
+    from monitor.promtext import Columns
+
+    def page(k: int, extra: str = "") -> str:
+        return f'# TYPE a gauge\na{{x="1"}} {k}\na{{x="2"}} {k + 1}\n{extra}# TYPE b gauge\nb{{z="1"}} {k + 2}\n'
+
+    warm = Parser(shared=False)
+    pages = [page(1), page(2), page(3, 'a{x="3"} 9\n'), page(4, 'a{x="3"} 9\n'), page(5, 'a{x="1"} 7\n'),
+             page(6, 'a{x="1"} 7\n'), page(7), page(8)]
+    kinds = []
+    for text in pages:
+        cold, again = parse(text), warm.parse(text)
+        assert again.samples == cold.samples and dict(again.samples["a"]) == dict(cold.samples["a"])
+        assert list(again.samples["a"].items()) == list(cold.samples["a"].items())  # the page's order
+        assert again.duplicates == cold.duplicates
+        kinds.append(type(again.samples["a"]).__name__)
+        for labels, value in cold.samples["a"].items():
+            assert again.samples["a"][labels] == value and labels in again.samples["a"]
+    # first read, then the same series; a series added; the same again; a duplicate (first wins,
+    # counted every time: such a family is never columns); back to the first series, then the same
+    assert kinds == ["dict", "Columns", "dict", "Columns", "dict", "dict", "dict", "Columns"]
+    assert warm.parse(pages[4]).duplicates == 1
+    assert isinstance(warm.parse(pages[7]).samples["b"], Columns)
+
+
 def test_openmetrics_eof_and_exemplars() -> None:
     text = (
         "# TYPE r counter\nr_total{a=\"1\"} 3.0\n"
