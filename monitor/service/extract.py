@@ -40,7 +40,7 @@ class Snapshot:
     # metric -> model -> series labels -> value
     counters: dict[str, dict[str, dict[Labels, float]]] = field(default_factory=dict)
     # metric -> model -> (the bucket's labels, le) -> cumulative count (`Columns`, or a dict)
-    buckets: dict[str, dict[str, Mapping[BucketKey, float]]] = field(default_factory=dict)
+    buckets: dict[str, Mapping[str, Mapping[BucketKey, float]]] = field(default_factory=dict)
     # metric -> model -> value
     gauges: dict[str, dict[str, float]] = field(default_factory=dict)
     # metric -> model -> the kept label's value (rank, reason, state) -> value
@@ -194,7 +194,7 @@ def _model_reader(spec: EngineSpec, default_model: str) -> ModelOf:
 
 
 def _buckets(series: Series, model_of: ModelOf, snap: Snapshot,
-             memo: tuple[dict[str, _BucketPlan], str] | None = None) -> dict[str, Mapping[BucketKey, float]]:
+             memo: tuple[dict[str, _BucketPlan], str] | None = None) -> Mapping[str, Mapping[BucketKey, float]]:
     if memo is not None:
         plans, name = memo
         keys = tuple(series)
@@ -212,7 +212,7 @@ def _buckets(series: Series, model_of: ModelOf, snap: Snapshot,
         identity = _split_le(labels)
         if identity is not None:
             per_model.setdefault(model_of(labels), {})[identity] = value
-    return dict(per_model)  # the same dicts, typed as the mappings a plan gives otherwise
+    return per_model
 
 
 def _bucket_plan(keys: tuple[Labels, ...], model_of: ModelOf) -> _BucketPlan:
