@@ -23,13 +23,8 @@ from bench.pages import fleet_page, grown, v1_page
 from monitor.config import load_settings
 from monitor.health import HealthBook
 from monitor.service.collector import ServiceCollector
-from monitor.service.series import SeriesStore
 
 MiB = 1024 * 1024
-
-
-def array_bytes(store: SeriesStore) -> int:
-    return sum(value.nbytes for value in vars(store).values() if hasattr(value, "nbytes"))
 
 
 def steady_scrapes(collector: ServiceCollector) -> int:
@@ -65,8 +60,8 @@ def measure(models: int, hours: float | None) -> dict[str, float]:
         "columns": len(state.store.times),
         "baseline_series": len(state.baseline.keys),
         "baseline_columns": len(state.baseline.times),
-        "store_mib": array_bytes(state.store) / MiB,
-        "baseline_mib": array_bytes(state.baseline) / MiB,
+        "store_mib": state.store.nbytes() / MiB,
+        "baseline_mib": state.baseline.nbytes() / MiB,
         "target_mib": allocated / MiB,
     }
 

@@ -244,11 +244,14 @@ class ServiceCollector:
     def _new_state(self, target: Target) -> TargetState:
         interval = self.settings.scrape_interval.seconds
         longest = max(w.seconds for w in self.windows)
+        baseline = self.settings.baseline_window.seconds
         state = TargetState(
             target,
             store=SeriesStore(longest + interval),
-            # Twice the baseline: how far back its history reaches is read beyond its window's start.
-            baseline=SeriesStore(longest + 2 * self.settings.baseline_window.seconds + interval),
+            # The baseline's rates read one baseline window before a window's start; how far back
+            # its history reaches (its coverage) is read over two, from the throughput's counter.
+            baseline=SeriesStore(longest + baseline + interval,
+                                 reach=("generation_tokens", longest + 2 * baseline + interval)),
             pool=target_connection(self.settings, self._tls) if self._tls is not None else None,
         )
         self._reload_baseline(state)

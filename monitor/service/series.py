@@ -53,8 +53,16 @@ class _Layout:
 
 
 class SeriesStore:
-    def __init__(self, retention_seconds: float) -> None:
+    """`reach`: (a counter, seconds): how far back `earliest` answers for that one counter, when
+    that is further than the retention. Its samples alone are kept that long, in a store of
+    their own: a baseline's rates read one baseline window back, its coverage two (the rows of
+    every other series would otherwise be kept twice as long to answer it)."""
+
+    def __init__(self, retention_seconds: float, reach: tuple[str, float] | None = None) -> None:
         self.retention = retention_seconds
+        self._reach: tuple[str, SeriesStore] | None = None
+        if reach is not None and reach[1] > retention_seconds:
+            self._reach = (reach[0], SeriesStore(reach[1]))
         self.clear()
 
     def clear(self) -> None:
@@ -73,11 +81,17 @@ class SeriesStore:
                                                    np.zeros(0))
         self._family_rows: dict[Family, tuple[tuple[Any, ...], Ints]] = {}  # rows move: cleared then
         self._layout_cache: _Layout | None = None
+        if self._reach is not None:
+            self._reach[1].clear()
 
     def append(self, snap: Snapshot) -> None:
         # The column first: trimming it may drop rows that aged out and move the others up, so
         # rows are looked up after it (before, a row dropped here moved this scrape's values to
         # the wrong rows, or out of range: the scrape failed).
+        if self._reach is not None:
+            metric, reach = self._reach
+            by_model = snap.counters.get(metric)
+            reach.append(Snapshot(ts=snap.ts, counters={} if by_model is None else {metric: by_model}))
         column = self._add_column(to_ms(snap.ts))
         rows: list[Ints] = []
         values: list[float] = []
@@ -199,6 +213,8 @@ class SeriesStore:
             b_col: Ints | int = last
         else:
             rows, a, b, counted = ends
+            if not rows.size:  # no row has two samples in the window: no rate (a reset read none)
+                return None
             times = np.asarray(self.times, dtype=np.int64)
             t0, t1 = (times[a] - start_ms) / 1000, (times[b] - start_ms) / 1000
             v0 = self._values[a, rows]
@@ -262,6 +278,8 @@ class SeriesStore:
 
     def earliest(self, kind: str, metric: str, start: float, end: float) -> dict[str, float]:
         """Per model, the time (s) of the first sample of `metric` in (start, end]: how far back it reaches."""
+        if self._reach is not None and kind == "counter" and metric == self._reach[0]:
+            return self._reach[1].earliest(kind, metric, start, end)
         end_ms = to_ms(end)
         start_ms = end_ms - to_ms(end - start)
         first = bisect_right(self.times, start_ms)
@@ -281,7 +299,9 @@ class SeriesStore:
     def _add_row(self, key: SeriesKey) -> int:
         row = len(self.keys)
         if row == self._values.shape[1]:
-            self._resize(max(16, 2 * row), self._values.shape[0])
+            # An eighth more, not twice: a target's rows come in its first scrape and stay, and a
+            # doubled baseline store of 330 rows kept 512 for two hours of columns.
+            self._resize(row + max(4, row // 8), self._values.shape[0])
         kind, metric, model, _, le = key
         group = (kind, metric, model, le)
         if group not in self._group_ids:
@@ -294,9 +314,26 @@ class SeriesStore:
     def _add_column(self, ts_ms: int) -> int:
         self._trim(ts_ms, force=len(self.times) == self._values.shape[0])
         if len(self.times) == self._values.shape[0]:
-            self._resize(self._values.shape[1], max(32, 2 * len(self.times)))
+            self._resize(self._values.shape[1], self._columns_wanted())
         self.times.append(ts_ms)
         return len(self.times) - 1
+
+    def nbytes(self) -> int:
+        """The bytes its arrays hold, the `reach` store's included."""
+        arrays = (self._group_of, self._values, self._last_valid, self._gappy, *self._resets)
+        return sum(a.nbytes for a in arrays) + (self._reach[1].nbytes() if self._reach is not None else 0)
+
+    def _columns_wanted(self) -> int:
+        """Twice the columns, or what the retention holds at the scrapes' average step and one
+        batch to trim, if fewer and more than now: doubled, a baseline of 261 columns kept 512."""
+        n = len(self.times)
+        wanted = max(32, 2 * n)
+        if n >= 2 and self.times[-1] > self.times[0]:
+            step = (self.times[-1] - self.times[0]) / (n - 1)
+            fits = math.ceil(to_ms(self.retention) / step) + 2 + _TRIM_BATCH
+            if fits > n:
+                wanted = min(wanted, max(32, fits))
+        return wanted
 
     def _trim(self, now_ms: int, force: bool) -> None:
         cut = bisect_left(self.times, now_ms - to_ms(self.retention))

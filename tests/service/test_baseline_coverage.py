@@ -27,8 +27,10 @@ import pytest
 
 from monitor.clock import SteadyClock
 from monitor.config import load_settings
+from monitor.health import HealthBook
 from monitor.runtime import Monitor
-from monitor.service.derive import Window, window_rates
+from monitor.service.collector import ServiceCollector
+from monitor.service.derive import BASELINE_COUNTERS, LENGTH_HISTOGRAMS, Window, window_rates
 from monitor.service.extract import Snapshot
 from monitor.service.series import SeriesStore
 from monitor.sim import EngineConfig, LatencyProfile, SimServer, SimulatedEngine
@@ -261,6 +263,86 @@ def test_coverage_is_how_far_back_the_history_reaches() -> None:
     assert ratio_at(1_000_585)[0] is None  # 525 s of 600: not yet
     # ... and exactly 1.0 once the history reaches back over the whole baseline.
     assert ratio_at(1_000_690) == (pytest.approx(1.0), 1.0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_baseline_kept_one_window_back_reads_as_one_kept_two(seed: int) -> None:
+    """The collector's baseline store keeps its rows one baseline window back (and the longest
+    window), and only the throughput's counter two (`reach`): over hours of scrapes with outages,
+    restarts, a model that comes late and one that leaves, every window's rates, baselines and
+    coverage read from it equal, bit for bit, those read from a store that keeps everything two
+    baseline windows back. An outage of a third of the baseline window is what tells them apart
+    when the reach is not kept: the rows alone would say the history starts after it."""
+    import random
+
+    rng = random.Random(seed)
+    interval, longest, baseline = 15.0, 300.0, 600.0
+    full = SeriesStore(longest + 2 * baseline + interval)
+    lean = SeriesStore(longest + baseline + interval, reach=("generation_tokens", longest + 2 * baseline + interval))
+    windows = (Window("1m", 60.0), Window("5m", 300.0))
+    les = (1.0, 10.0, 100.0, math.inf)
+    models = ("a", "b", "c")
+    totals = {model: [rng.uniform(0, 1e6), rng.uniform(0, 1e3), *([0.0] * len(les))] for model in models}
+    away = dict.fromkeys(models, 0)
+    held = 0
+    for step in range(420):
+        ts = round(1_800_000_000 + interval * step + rng.uniform(-0.3, 0.3), 3)
+        counters: dict[str, dict[str, dict[Any, float]]] = {"generation_tokens": {}, "prefix_cache_hits": {}}
+        buckets: dict[str, dict[str, dict[Any, float]]] = {"prompt_len": {}}
+        for model in models:
+            if (model == "c" and step < 150) or (model == "b" and step > 330):
+                continue  # comes late; leaves
+            if away[model]:
+                away[model] -= 1
+                continue
+            if rng.random() < 0.01:
+                away[model] = rng.choice((2, int(baseline / 3 / interval)))
+            total = totals[model]
+            if rng.random() < 0.02:
+                total[:] = [0.0] * len(total)  # the engine restarted: its counters drop
+            total[0] += rng.uniform(0, 900)
+            total[1] += rng.uniform(0, 20)
+            for i in range(len(les)):
+                total[2 + i] += sum(rng.random() < 0.3 * (i + 1) for _ in range(3))
+            labels = (("model_name", model),)
+            counters["generation_tokens"][model] = {labels: total[0]}
+            counters["prefix_cache_hits"][model] = {labels: total[1]}
+            buckets["prompt_len"][model] = {(labels, le): total[2 + i] for i, le in enumerate(les)}
+        snap = Snapshot(ts=ts, counters=counters, buckets=buckets)
+        full.append(snap)
+        lean.append(snap)
+        for window in windows:
+            got = window_rates(full, ts, window, lean, baseline, min_coverage=0.9)
+            want = window_rates(full, ts, window, full, baseline, min_coverage=0.9)
+            assert repr(got) == repr(want), (step, window.name)
+            held += sum(rates.baseline_generation is not None for rates in want.values())
+    assert held > 500  # the baselines were there most of the time, not absent throughout
+
+
+def test_a_ten_model_targets_baseline_holds_its_samples_and_little_more() -> None:
+    """At the shipped settings (15 s, 1m and 5m windows, 1h baseline) a ten-model target's baseline
+    store, once full, holds at most a quarter more than the samples it must: its rates' (350 rows,
+    1h5m of columns), and its throughput counter's two hours back. Kept two hours and grown by
+    doubling, it held 512 rows by 512 columns: 2.6 times that."""
+    collector = ServiceCollector(
+        load_settings(None, {"service": {"targets": [{"name": "t", "url": "http://127.0.0.1:9/metrics"}]}}).service,
+        httpx.AsyncClient(), HealthBook())
+    state = collector.targets["t"]
+    models = [f"model-{i}" for i in range(10)]
+    les = (*(2.0**i for i in range(14)), math.inf)
+    steps = int((300 + 2 * 3600) / 15) + 40
+    for step in range(steps):
+        counters: dict[str, dict[str, dict[Any, float]]] = {}
+        for metric in BASELINE_COUNTERS:
+            counters[metric] = {model: {(("model_name", model),): 7.0 * step} for model in models}
+        buckets = {metric: {model: {((("model_name", model),), le): float(step * i) for i, le in enumerate(les)}
+                            for model in models} for metric in LENGTH_HISTOGRAMS}
+        collector._remember(state, Snapshot(ts=1_800_000_000 + 15.0 * step, counters=counters, buckets=buckets))
+    rows = len(models) * (len(BASELINE_COUNTERS) + len(LENGTH_HISTOGRAMS) * len(les))
+    samples = (rows * ((300 + 3600) / 15 + 1) + len(models) * ((300 + 7200) / 15 + 1)) * 8
+    assert state.baseline.nbytes() <= 1.25 * samples, (state.baseline.nbytes(), samples)
+    reach = state.baseline.earliest("counter", "generation_tokens", 1_800_000_000 + 15.0 * (steps - 1) - 7200, 2e9)
+    assert sorted(reach) == models and set(reach.values()) == {1_800_000_000 + 15.0 * (steps - 480)}
 
 
 def test_a_restart_keeps_the_baseline_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -148,6 +148,21 @@ def test_same_bound_written_differently_through_the_store() -> None:
     assert stats.quantiles["ttft"][0.5] == pytest.approx(0.15)
 
 
+def test_a_window_where_no_series_has_two_samples_has_no_rate_though_a_reset_is_on_record() -> None:
+    # A counter reset, then its series gone, and another series seen once: a window over the last
+    # two scrapes holds no series with two samples. It has no rate, as in Prometheus; before, the
+    # reset's reading took the minimum of no columns, and the target was called down for it.
+    series = SeriesStore(3600)
+    x, y = (("engine", "0"),), (("engine", "1"),)
+    for ts, present in ((1000.0, {x: 10.0}), (1015.0, {x: 2.0}), (1030.0, {y: 5.0}), (1045.0, {})):
+        series.append(Snapshot(ts=ts, counters={"requests": {MODEL: present}}))
+    assert series.rates(1020.0, 1045.0) == {}
+    assert list(series.family_rates(1020.0, 1045.0)) == []
+    # Over the whole stretch x has two samples, its reset added back: the reference rate().
+    expected = reference_rate([[(1000.0, 10.0), (1015.0, 2.0)], [(1030.0, 5.0)]], 1045.0, 46.0)
+    assert series.rates(999.0, 1045.0) == {("counter", "requests", MODEL, None): pytest.approx(expected, rel=1e-12)}
+
+
 def test_a_series_gone_for_the_whole_retention_is_dropped_without_moving_the_others() -> None:
     # Engine 0 stops after 10 scrapes; when its rows age out (trimmed with the columns), engine 1's
     # rows move up, in the same append that writes engine 1's new value (and a new engine 2 joins).
