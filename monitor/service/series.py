@@ -95,10 +95,14 @@ class SeriesStore:
         column = self._add_column(to_ms(snap.ts))
         rows: list[Ints] = []
         values: list[float] = []
+        known = len(self.keys)
         for family, series, key_of in _families(snap):
             rows.append(self._rows(family, series, key_of))
             values.extend(series.values())
         n = len(self.keys)
+        if n > known and self._values.shape[1] > n + max(4, n // 32):
+            # Rows came (a target's first scrape brings them all): the spare ones grown past them go.
+            self._resize(n + max(4, n // 32), self._values.shape[0])
         scraped = self._values[column, :n]  # NaN: the column is new
         if rows:
             scraped[np.concatenate(rows)] = values
@@ -378,16 +382,18 @@ class SeriesStore:
         self._family_rows.clear()
 
     def _resize(self, rows: int, columns: int) -> None:
-        old_columns, old_rows = self._values.shape
+        """New arrays of `rows` by `columns`, what fits of the old ones copied (only spare rows and
+        columns are ever dropped)."""
+        kept_columns, kept_rows = min(columns, self._values.shape[0]), min(rows, self._values.shape[1])
         values = np.full((columns, rows), math.nan)
-        values[:old_columns, :old_rows] = self._values
+        values[:kept_columns, :kept_rows] = self._values[:kept_columns, :kept_rows]
         self._values = values
         last_valid = np.full(rows, math.nan)
-        last_valid[:old_rows] = self._last_valid
+        last_valid[:kept_rows] = self._last_valid[:kept_rows]
         group_of = np.zeros(rows, dtype=np.int64)
-        group_of[:old_rows] = self._group_of
+        group_of[:kept_rows] = self._group_of[:kept_rows]
         gappy = np.zeros(rows, dtype=bool)
-        gappy[:old_rows] = self._gappy
+        gappy[:kept_rows] = self._gappy[:kept_rows]
         self._last_valid, self._group_of, self._gappy = last_valid, group_of, gappy
 
 
