@@ -260,7 +260,8 @@ class _Exchange(asyncio.Protocol):
                 self.chunks.append(event.data)
             elif isinstance(event, h11.EndOfMessage):
                 assert self.response is not None
-                self.waiter.set_result((self.response, b"".join(self.chunks)))
+                body, self.chunks = b"".join(self.chunks), []  # not kept: they held the page till the next scrape
+                self.waiter.set_result((self.response, body))
                 return
             elif isinstance(event, h11.ConnectionClosed):
                 return
@@ -279,7 +280,7 @@ class _Exchange(asyncio.Protocol):
         try:
             return await self.waiter
         finally:
-            self.waiter = None
+            self.waiter, self.chunks = None, []  # an answer cut short leaves none behind either
 
     def open(self) -> bool:
         return not self.lost and self.transport is not None and not self.transport.is_closing()
