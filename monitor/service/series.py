@@ -20,7 +20,7 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +36,7 @@ GroupKey = tuple[str, str, str, float | None]
 Family = tuple[str, str, str]
 """(kind, our metric, model): the series a snapshot keeps in one dict."""
 KeyOf = Callable[[Family, Any], SeriesKey]
+_Key = TypeVar("_Key", SeriesKey, GroupKey)
 
 _TRIM_BATCH = 16  # drop old columns in batches: each drop copies the arrays
 Floats = npt.NDArray[np.float64]
@@ -306,8 +307,9 @@ class SeriesStore:
             # An eighth more, not twice: a target's rows come in its first scrape and stay, and a
             # doubled baseline store of 330 rows kept 512 for two hours of columns.
             self._resize(row + max(4, row // 8), self._values.shape[0])
+        key = _shared(key)
         kind, metric, model, _, le = key
-        group = (kind, metric, model, le)
+        group = _shared((kind, metric, model, le))
         if group not in self._group_ids:
             self._group_ids[group] = len(self._groups)
             self._groups.append(group)
@@ -412,6 +414,23 @@ def _extrapolate(
         to_end = np.where(to_end >= threshold, average_step / 2, to_end)
         total = increase * (sampled + to_start + to_end) / sampled
     return np.where(sampled > 0, total, math.nan)
+
+
+# The keys every store of this process has made, each kept once: the replicas of one model write
+# the same series (the same names and labels on every page), and a target's two stores share
+# theirs. A ten-model target's keys and groups were ~0.3 MiB of tuples of its own. Cleared when
+# full: the stores keep what they hold, later keys start a new table.
+_SHARED_KEYS: dict[Any, Any] = {}
+_SHARED_LIMIT = 1 << 18
+
+
+def _shared(key: _Key) -> _Key:
+    found = _SHARED_KEYS.get(key)
+    if found is None:
+        if len(_SHARED_KEYS) >= _SHARED_LIMIT:
+            _SHARED_KEYS.clear()
+        found = _SHARED_KEYS[key] = key
+    return cast(_Key, found)
 
 
 def to_ms(seconds: float) -> int:

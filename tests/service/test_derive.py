@@ -163,6 +163,37 @@ def test_a_window_where_no_series_has_two_samples_has_no_rate_though_a_reset_is_
     assert series.rates(999.0, 1045.0) == {("counter", "requests", MODEL, None): pytest.approx(expected, rel=1e-12)}
 
 
+def test_stores_of_the_same_series_share_their_keys_and_a_full_table_loses_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Replicas of one model write the same series: their stores keep one copy of each key and
+    # group between them. When the shared table is full it starts again; the stores read the same.
+    import monitor.service.series as series_module
+
+    def snaps(model: str) -> list[Snapshot]:
+        labels = (("model_name", model),)
+        bounds = ((0.1, 1.0), (1.0, 2.0), (math.inf, 3.0))
+        return [Snapshot(ts=1000.0 + 15 * i,
+                         counters={"requests": {model: {labels: 10.0 * i}},
+                                   "generation_tokens": {model: {labels: 5.0 * i}}},
+                         buckets={"ttft": {model: {(labels, le): n * i for le, n in bounds}}})
+                for i in range(6)]
+
+    one, two = SeriesStore(3600), SeriesStore(3600)
+    for each in snaps("a"):
+        one.append(each)
+        two.append(each)
+    assert len(one.keys) == 5 and list(one.keys) == list(two.keys)
+    assert all(a is b for a, b in zip(one.keys, two.keys, strict=True))
+    monkeypatch.setattr(series_module, "_SHARED_KEYS", {})
+    monkeypatch.setattr(series_module, "_SHARED_LIMIT", 3)
+    small = SeriesStore(3600)
+    for each in snaps("b"):
+        small.append(each)
+    assert len(series_module._SHARED_KEYS) <= 3  # cleared as it filled
+    expected = {(kind, metric, "b", le): rate for (kind, metric, _, le), rate in one.rates(1000.0, 1075.0).items()}
+    assert len(expected) == 5 and small.rates(1000.0, 1075.0) == expected
+
+
 def test_a_series_gone_for_the_whole_retention_is_dropped_without_moving_the_others() -> None:
     # Engine 0 stops after 10 scrapes; when its rows age out (trimmed with the columns), engine 1's
     # rows move up, in the same append that writes engine 1's new value (and a new engine 2 joins).
