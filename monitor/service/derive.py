@@ -147,8 +147,9 @@ def window_rates(
     `baseline` holds the generation-token counters for longer, for the trailing throughput
     baseline over the `baseline_seconds` before the window. A baseline exists only when the
     model's samples reach back over `min_coverage` of it, i.e. one lies in (start - 2B, start - c*B]
-    (`baseline` keeps 2B; the recording rules gate on the same range): a rate over a window that
-    holds a minute of an hour is no baseline, and dividing by it would inflate the ratio.
+    (the recording rules gate on the same range; `baseline` keeps its rows B back and the
+    throughput counter's 2B, its `reach`): a rate over a window that holds a minute of an hour is
+    no baseline, and dividing by it would inflate the ratio.
     """
     start = end - window.seconds
     per_model: dict[str, Rates] = {}
