@@ -34,11 +34,13 @@ def test_target_memory_runs_and_reports_one_targets_stores(monkeypatch: pytest.M
 
     row = target_memory.measure(1, hours=0.2)  # 48 scrapes at the shipped 15 s
     # The window store keeps its 5 min and one scrape (21), dropping old columns 16 at a time; the
-    # baseline store keeps them all (it holds two hours).
+    # baseline store keeps them all (it holds an hour and the longest window).
     assert row["scrapes"] == 48 and 21 <= row["columns"] < 21 + 16
     assert row["baseline_columns"] == 48 and row["series"] > row["baseline_series"] > 0
     # The arrays are part of what the target allocated, and each holds 8 bytes a cell at most.
     assert 0 < row["store_mib"] + row["baseline_mib"] < row["target_mib"]
+    # A replica of it shares what the process keeps once (line heads, series keys): it costs less.
+    assert 0 < row["replica_mib"] < row["target_mib"]
     monkeypatch.setattr(sys, "argv", ["target_memory", "--models", "1", "--hours", "0.05"])
     target_memory.main()
     assert re.search(r"^\s+1\s+12\s+198\s+33\s", capsys.readouterr().out, re.M)
