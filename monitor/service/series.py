@@ -86,13 +86,13 @@ class SeriesStore:
             self._reach[1].clear()
 
     def append(self, snap: Snapshot) -> None:
-        # The column first: trimming it may drop rows that aged out and move the others up, so
-        # rows are looked up after it (before, a row dropped here moved this scrape's values to
-        # the wrong rows, or out of range: the scrape failed).
         if self._reach is not None:
             metric, reach = self._reach
             by_model = snap.counters.get(metric)
             reach.append(Snapshot(ts=snap.ts, counters={} if by_model is None else {metric: by_model}))
+        # The column first: trimming it may drop rows that aged out and move the others up, so
+        # rows are looked up after it (before, a row dropped here moved this scrape's values to
+        # the wrong rows, or out of range: the scrape failed).
         column = self._add_column(to_ms(snap.ts))
         rows: list[Ints] = []
         values: list[float] = []
