@@ -57,3 +57,25 @@ def test_the_scale_bench_alone_runs_the_monitor_without_prometheus() -> None:
     assert all(read["bytes"] > 0 and read["seconds"] > 0 and read["healthz_max"] > 0
                for read in result["reads"].values())
     assert "read /api/v1/status: " in text
+
+
+def test_the_two_sides_apart_give_ratios_and_say_when_prometheus_fell_behind() -> None:
+    # bench.scale_apart: the monitor alone, then Prometheus with the rules alone, on the same pages.
+    from bench.scale_apart import report as apart_report
+    from bench.scale_apart import run_prometheus
+
+    args = argparse.Namespace(targets=3, models=2, interval=1, seconds=12.0, warmup=6.0, processes=1,
+                              alone=True, parse_workers=0, reads=0)
+    monitor = run(args)
+    prometheus = run_prometheus(args)
+    assert monitor["up"] == {"infermon": 3} and prometheus["up"] == 3
+    assert prometheus["series"] == monitor["series"]["infermon"] > 0
+    assert prometheus["cpu"] > 0 and prometheus["rss"] > 10 * 2**20 and prometheus["rule_eval_s"] > 0
+    assert prometheus["missed"] >= 0
+    text = apart_report(monitor, prometheus)
+    assert "then Prometheus + the recording rules alone, the same 3 targets" in text
+    assert "ratios: CPU" in text and "RSS" in text
+    # When its rule groups miss iterations, its CPU is only a floor of what it wanted.
+    behind = apart_report(monitor, {**prometheus, "missed": 4})
+    assert "CPU at most" in behind and "did not keep up" in behind
+    assert "CPU at most" not in apart_report(monitor, {**prometheus, "missed": 0})

@@ -1,0 +1,109 @@
+"""`bench.scale`'s two sides one after the other, each alone on the machine, in one run.
+
+Side by side on a machine with few cores, each process takes the other's CPU, and at 1,000
+ten-model targets Prometheus with the recording rules does not fit beside the monitor on 2 cores
+at all. Here the monitor runs first (`bench.scale --alone`), then Prometheus with the same rules
+scrapes the same page farm, and the ratios are taken between the two runs.
+
+Prometheus' rules are what cost it most. When its rule groups miss iterations
+(`prometheus_rule_group_iterations_missed_total`), it did not keep up: it wanted more CPU than it
+used. Then its CPU is a floor of its demand, and the CPU ratio printed is a ceiling ("at most").
+
+    python -m bench.scale_apart [--targets 1000] [--models 10] [--seconds 200] [--warmup 80]
+                                [--parse-workers 2]
+
+Everything it starts (page farm processes, prometheus, the monitor) is stopped by pid at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import httpx
+
+from bench.pagefarm import PageFarm, process_cpu_seconds, process_rss_bytes
+from bench.pages import fleet_page, grown, v1_page
+from bench.scale import RulesPrometheus, prom_value
+from bench.scale import report as monitor_report
+from bench.scale import run as run_monitor
+
+MiB = 1024 * 1024
+
+
+def run_prometheus(args: argparse.Namespace) -> dict[str, Any]:
+    """Prometheus with the recording rules alone on the machine: the same targets and pages as the
+    monitor's run, measured over the same window after the same warm-up."""
+    step = 5.0
+    base = v1_page() if args.models == 1 else fleet_page(engines=1, models=args.models)
+    variants = [grown(base, 1 + 0.002 * i).encode() for i in range(int(args.seconds / step) + 40)]
+    with PageFarm(variants, processes=args.processes, step_seconds=step) as farm, \
+            RulesPrometheus(farm.urls(args.targets), f"{args.interval}s") as prom:
+        assert prom.process is not None
+        pid = prom.process.pid
+        time.sleep(args.warmup)
+        cpu0, missed0, started = process_cpu_seconds(pid), missed_iterations(prom.url), time.monotonic()
+        time.sleep(args.seconds - args.warmup)
+        elapsed = time.monotonic() - started
+        groups = httpx.get(f"{prom.url}/api/v1/rules", timeout=60).json()["data"]["groups"]
+        return {
+            "cpu": (process_cpu_seconds(pid) - cpu0) / elapsed,
+            "rss": process_rss_bytes(pid),
+            "up": int(prom_value(prom, 'count(up{job="engines"} == 1)') or 0),
+            "series": int(prom_value(prom, "count(inference_requests_per_second)") or 0),
+            "rule_eval_s": sum(group["evaluationTime"] for group in groups),
+            "slowest_group_s": max((group["evaluationTime"] for group in groups), default=0.0),
+            "missed": missed_iterations(prom.url) - missed0,
+            "elapsed": elapsed,
+        }
+
+
+def missed_iterations(url: str) -> int:
+    """Prometheus' own count of rule group evaluations skipped because the last one ran too long."""
+    text = httpx.get(f"{url}/metrics", timeout=60).text
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("prometheus_rule_group_iterations_missed_total")))
+
+
+def report(monitor: dict[str, Any], prometheus: dict[str, Any]) -> str:
+    cpu, rss = monitor["cpu"]["infermon"], monitor["rss"]["infermon"]
+    kept_up = prometheus["missed"] == 0
+    cpu_ratio = cpu / max(prometheus["cpu"], 1e-9)
+    rss_ratio = rss / max(prometheus["rss"], 1)
+    lines = [
+        monitor_report(monitor),
+        "",
+        f"then Prometheus + the recording rules alone, the same {monitor['targets']} targets, measured over "
+        f"{prometheus['elapsed']:.0f} s after the warm-up:",
+        f"  targets up {prometheus['up']}, requests/s series {prometheus['series']}",
+        f"  CPU {prometheus['cpu']:.0%} of one core, RSS {prometheus['rss'] / MiB:.0f} MiB",
+        f"  rule groups: {prometheus['rule_eval_s']:.1f} s of evaluation a round (the slowest group "
+        f"{prometheus['slowest_group_s']:.1f} s, at {monitor['interval']} s intervals), "
+        f"{prometheus['missed']} iterations missed in the window",
+        (f"ratios: CPU {cpu_ratio:.2f}x (goal <= 0.5), RSS {rss_ratio:.2f}x (goal <= 0.33)" if kept_up else
+         f"ratios: CPU at most {cpu_ratio:.2f}x (goal <= 0.5; Prometheus did not keep up, so it wanted more "
+         f"than the {prometheus['cpu']:.0%} it used), RSS {rss_ratio:.2f}x (goal <= 0.33)"),
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--targets", type=int, default=1000)
+    parser.add_argument("--models", type=int, default=10, help="models a page serves (1: the V1 fixture)")
+    parser.add_argument("--interval", type=int, default=15)
+    parser.add_argument("--seconds", type=float, default=200, help="each side's run, warm-up included")
+    parser.add_argument("--warmup", type=float, default=80)
+    parser.add_argument("--processes", type=int, default=2, help="page farm processes")
+    parser.add_argument("--parse-workers", type=int, default=2, help="the monitor's service.parse_workers")
+    parser.add_argument("--reads", type=int, default=0, help="as bench.scale's (0: none)")
+    args = parser.parse_args()
+    args.alone = True
+    monitor = run_monitor(args)
+    prometheus = run_prometheus(args)
+    print(report(monitor, prometheus))
+
+
+if __name__ == "__main__":
+    main()
