@@ -311,19 +311,26 @@ def report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+def scale_arguments(description: str, models: int = 1, seconds: float = 240, warmup: float = 90,
+                    parse_workers: int = 0, reads: int = 3) -> argparse.ArgumentParser:
+    """The run's arguments (`bench.scale`'s, and `bench.scale_apart`'s with its own defaults)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--targets", type=int, default=1000)
-    parser.add_argument("--models", type=int, default=1, help="models a page serves (1: the V1 fixture)")
+    parser.add_argument("--models", type=int, default=models, help="models a page serves (1: the V1 fixture)")
     parser.add_argument("--interval", type=int, default=15)
-    parser.add_argument("--seconds", type=float, default=240, help="total run, warm-up included")
-    parser.add_argument("--warmup", type=float, default=90, help="5m windows need not be full; 1m ones do")
+    parser.add_argument("--seconds", type=float, default=seconds, help="total run, warm-up included")
+    parser.add_argument("--warmup", type=float, default=warmup, help="5m windows need not be full; 1m ones do")
     parser.add_argument("--processes", type=int, default=2, help="page farm processes")
-    parser.add_argument("--parse-workers", type=int, default=0,
+    parser.add_argument("--parse-workers", type=int, default=parse_workers,
                         help="the monitor's service.parse_workers (0: its own worker thread)")
-    parser.add_argument("--reads", type=int, default=3,
+    parser.add_argument("--reads", type=int, default=reads,
                         help="after the window: GET /api/v1/status, / and /api/v1/alerts this many times "
                              "each, /healthz probed meanwhile (0: none)")
+    return parser
+
+
+def main() -> None:
+    parser = scale_arguments(__doc__.split("\n", 1)[0])
     parser.add_argument("--alone", action="store_true",
                         help="no Prometheus beside it: where one monitor stops keeping up on this machine "
                              "(side by side on 2 cores, each takes the other's CPU)")

@@ -25,7 +25,7 @@ import httpx
 
 from bench.pagefarm import PageFarm, process_cpu_seconds, process_rss_bytes
 from bench.pages import fleet_page, grown, v1_page
-from bench.scale import RulesPrometheus, prom_value
+from bench.scale import RulesPrometheus, prom_value, scale_arguments
 from bench.scale import report as monitor_report
 from bench.scale import run as run_monitor
 
@@ -89,16 +89,11 @@ def report(monitor: dict[str, Any], prometheus: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--targets", type=int, default=1000)
-    parser.add_argument("--models", type=int, default=10, help="models a page serves (1: the V1 fixture)")
-    parser.add_argument("--interval", type=int, default=15)
-    parser.add_argument("--seconds", type=float, default=200, help="each side's run, warm-up included")
-    parser.add_argument("--warmup", type=float, default=80)
-    parser.add_argument("--processes", type=int, default=2, help="page farm processes")
-    parser.add_argument("--parse-workers", type=int, default=2, help="the monitor's service.parse_workers")
-    parser.add_argument("--reads", type=int, default=0, help="as bench.scale's (0: none)")
+    parser = scale_arguments(__doc__.split("\n", 1)[0], models=10, seconds=200, warmup=80, parse_workers=2,
+                             reads=0)
     args = parser.parse_args()
+    if args.seconds <= args.warmup:
+        parser.error("--seconds must exceed --warmup")
     args.alone = True
     monitor = run_monitor(args)
     prometheus = run_prometheus(args)
