@@ -27,6 +27,7 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from monitor.intern import Interned
 from monitor.service.promql import (
     bucket_fractions_at_or_below,
     fraction_at_or_below,
@@ -73,8 +74,7 @@ Floats = npt.NDArray[np.float64]
 RowKeys = tuple[tuple[str, ...], tuple[tuple[str, tuple[float, ...]], ...], tuple[str, ...],
                 tuple[tuple[str, tuple[float, ...]], ...]]
 """A `Rates`' row layout: its counters, its histograms' bounds, its baseline counters and bounds."""
-_LAYOUTS: dict[RowKeys, RowKeys] = {}  # one object per layout: rows of one engine compare by identity
-_LAYOUTS_LIMIT = 4096
+_intern: Interned[RowKeys] = Interned(4096)  # one object per layout: rows of one engine compare by identity
 
 
 @dataclass(frozen=True)
@@ -416,13 +416,6 @@ def intern_row(rates: Rates, known: dict[int, RowKeys]) -> None:
     if canonical is None:
         canonical = known[id(keys)] = _intern(keys)
     rates.row = (canonical, values)
-
-
-def _intern(keys: RowKeys) -> RowKeys:
-    """The one object equal layouts share."""
-    if len(_LAYOUTS) >= _LAYOUTS_LIMIT:
-        _LAYOUTS.clear()
-    return _LAYOUTS.setdefault(keys, keys)
 
 
 def _fill(total: Rates, keys: RowKeys, summed: list[float]) -> None:

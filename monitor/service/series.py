@@ -20,11 +20,12 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from monitor.intern import Interned
 from monitor.promtext import Labels
 from monitor.service.extract import Snapshot
 
@@ -36,7 +37,6 @@ GroupKey = tuple[str, str, str, float | None]
 Family = tuple[str, str, str]
 """(kind, our metric, model): the series a snapshot keeps in one dict."""
 KeyOf = Callable[[Family, Any], SeriesKey]
-_Key = TypeVar("_Key", SeriesKey, GroupKey)
 
 _TRIM_BATCH = 16  # drop old columns in batches: each drop copies the arrays
 Floats = npt.NDArray[np.float64]
@@ -102,7 +102,8 @@ class SeriesStore:
             values.extend(series.values())
         n = len(self.keys)
         if n > known and self._values.shape[1] > n + max(4, n // 32):
-            # Rows came (a target's first scrape brings them all): the spare ones grown past them go.
+            # Rows came (a target's first scrape brings them all): the spare ones doubling made go
+            # (doubled and kept, a baseline store of 330 rows kept 512 for its hour of columns).
             self._resize(n + max(4, n // 32), self._values.shape[0])
         scraped = self._values[column, :n]  # NaN: the column is new
         if rows:
@@ -304,12 +305,10 @@ class SeriesStore:
     def _add_row(self, key: SeriesKey) -> int:
         row = len(self.keys)
         if row == self._values.shape[1]:
-            # An eighth more, not twice: a target's rows come in its first scrape and stay, and a
-            # doubled baseline store of 330 rows kept 512 for two hours of columns.
-            self._resize(row + max(4, row // 8), self._values.shape[0])
-        key = _shared(key)
+            self._resize(max(16, 2 * row), self._values.shape[0])  # what is spare goes after the scrape
+        key = _shared_key(key)
         kind, metric, model, _, le = key
-        group = _shared((kind, metric, model, le))
+        group = _shared_group((kind, metric, model, le))
         if group not in self._group_ids:
             self._group_ids[group] = len(self._groups)
             self._groups.append(group)
@@ -416,21 +415,11 @@ def _extrapolate(
     return np.where(sampled > 0, total, math.nan)
 
 
-# The keys every store of this process has made, each kept once: the replicas of one model write
-# the same series (the same names and labels on every page), and a target's two stores share
-# theirs. A ten-model target's keys and groups were ~0.3 MiB of tuples of its own. Cleared when
-# full: the stores keep what they hold, later keys start a new table.
-_SHARED_KEYS: dict[Any, Any] = {}
-_SHARED_LIMIT = 1 << 18
-
-
-def _shared(key: _Key) -> _Key:
-    found = _SHARED_KEYS.get(key)
-    if found is None:
-        if len(_SHARED_KEYS) >= _SHARED_LIMIT:
-            _SHARED_KEYS.clear()
-        found = _SHARED_KEYS[key] = key
-    return cast(_Key, found)
+# The keys and groups every store of this process has made, each kept once: the replicas of one
+# model write the same series (the same names and labels on every page), and a target's two
+# stores share theirs. A ten-model target's keys and groups were ~0.3 MiB of tuples of its own.
+_shared_key: Interned[SeriesKey] = Interned(1 << 18)
+_shared_group: Interned[GroupKey] = Interned(1 << 18)
 
 
 def to_ms(seconds: float) -> int:

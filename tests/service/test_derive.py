@@ -168,6 +168,7 @@ def test_stores_of_the_same_series_share_their_keys_and_a_full_table_loses_nothi
     # Replicas of one model write the same series: their stores keep one copy of each key and
     # group between them. When the shared table is full it starts again; the stores read the same.
     import monitor.service.series as series_module
+    from monitor.intern import Interned
 
     def snaps(model: str) -> list[Snapshot]:
         labels = (("model_name", model),)
@@ -184,12 +185,11 @@ def test_stores_of_the_same_series_share_their_keys_and_a_full_table_loses_nothi
         two.append(each)
     assert len(one.keys) == 5 and list(one.keys) == list(two.keys)
     assert all(a is b for a, b in zip(one.keys, two.keys, strict=True))
-    monkeypatch.setattr(series_module, "_SHARED_KEYS", {})
-    monkeypatch.setattr(series_module, "_SHARED_LIMIT", 3)
+    monkeypatch.setattr(series_module, "_shared_key", Interned(3))
     small = SeriesStore(3600)
     for each in snaps("b"):
         small.append(each)
-    assert len(series_module._SHARED_KEYS) <= 3  # cleared as it filled
+    assert len(series_module._shared_key) <= 3  # cleared as it filled
     expected = {(kind, metric, "b", le): rate for (kind, metric, _, le), rate in one.rates(1000.0, 1075.0).items()}
     assert len(expected) == 5 and small.rates(1000.0, 1075.0) == expected
 
