@@ -148,11 +148,16 @@ def prom_value(prom: PrometheusServer, expr: str) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
+def page_variants(args: argparse.Namespace, step: float) -> list[bytes]:
+    """The run's pages, one for each `step` seconds and some to spare, their counters growing."""
+    base = v1_page() if args.models == 1 else fleet_page(engines=1, models=args.models)
+    return [grown(base, 1 + 0.002 * i).encode() for i in range(int(args.seconds / step) + 40)]
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="infermon-scale-"))
     step = 5.0
-    base = v1_page() if args.models == 1 else fleet_page(engines=1, models=args.models)
-    variants = [grown(base, 1 + 0.002 * i).encode() for i in range(int(args.seconds / step) + 40)]
+    variants = page_variants(args, step)
     with PageFarm(variants, processes=args.processes, step_seconds=step) as farm:
         urls = farm.urls(args.targets)
         port = free_port()

@@ -24,8 +24,7 @@ from typing import Any
 import httpx
 
 from bench.pagefarm import PageFarm, process_cpu_seconds, process_rss_bytes
-from bench.pages import fleet_page, grown, v1_page
-from bench.scale import RulesPrometheus, prom_value, scale_arguments
+from bench.scale import RulesPrometheus, page_variants, prom_value, scale_arguments
 from bench.scale import report as monitor_report
 from bench.scale import run as run_monitor
 
@@ -36,9 +35,7 @@ def run_prometheus(args: argparse.Namespace) -> dict[str, Any]:
     """Prometheus with the recording rules alone on the machine: the same targets and pages as the
     monitor's run, measured over the same window after the same warm-up."""
     step = 5.0
-    base = v1_page() if args.models == 1 else fleet_page(engines=1, models=args.models)
-    variants = [grown(base, 1 + 0.002 * i).encode() for i in range(int(args.seconds / step) + 40)]
-    with PageFarm(variants, processes=args.processes, step_seconds=step) as farm, \
+    with PageFarm(page_variants(args, step), processes=args.processes, step_seconds=step) as farm, \
             RulesPrometheus(farm.urls(args.targets), f"{args.interval}s") as prom:
         assert prom.process is not None
         pid = prom.process.pid
