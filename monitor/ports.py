@@ -18,6 +18,16 @@ from pathlib import Path
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LOWEST = 15000  # above the well-known and the usual fixed service ports (5432, 8080, 9090, 9093 …)
 _handed: set[int] = set()  # this process's own picks, never handed out twice
+_share = (0, 1)  # (index, count): this process picks from every count-th port of the pool, from index
+
+
+def share(index: int, count: int) -> None:
+    """Pick only every `count`-th port of the pool, starting at the `index`-th: processes that
+    pick ports side by side (the test suite's workers) each take a share no other picks from."""
+    global _share
+    if not 0 <= index < count:
+        raise ValueError(f"share {index} of {count}")
+    _share = (index, count)
 
 
 def ephemeral_range() -> tuple[int, int]:
@@ -32,8 +42,11 @@ def ephemeral_range() -> tuple[int, int]:
 def _pool() -> range:
     first, last = ephemeral_range()
     if first - LOWEST >= 1000:
-        return range(LOWEST, first)
-    return range(last + 1, 65536) if 65535 - last >= 1000 else range(LOWEST, 65536)
+        whole = range(LOWEST, first)
+    else:
+        whole = range(last + 1, 65536) if 65535 - last >= 1000 else range(LOWEST, 65536)
+    index, count = _share
+    return whole[index::count]
 
 
 def _binds(host: str, port: int) -> bool:

@@ -37,6 +37,7 @@ def test_a_held_port_is_skipped(monkeypatch):
 
 
 def test_the_range_is_read_from_the_kernel_and_defaults_to_ianas(monkeypatch, tmp_path: Path):
+    monkeypatch.setattr(ports, "_share", (0, 1))  # the whole pool, under pytest-xdist too
     table = tmp_path / "ip_local_port_range"
     table.write_text("40000\t50000\n")
     monkeypatch.setattr(ports, "EPHEMERAL_RANGE", table)
@@ -56,3 +57,22 @@ def test_an_unreadable_range_is_ianas(monkeypatch, tmp_path: Path, text: str):
     table.write_text(text)
     monkeypatch.setattr(ports, "EPHEMERAL_RANGE", table)
     assert ports.ephemeral_range() == (49152, 65535)
+
+
+def test_processes_sharing_the_pool_pick_from_parts_that_do_not_meet(monkeypatch, tmp_path: Path):
+    table = tmp_path / "ip_local_port_range"
+    table.write_text("40000\t50000\n")
+    monkeypatch.setattr(ports, "EPHEMERAL_RANGE", table)
+    monkeypatch.setattr(ports, "_share", (0, 1))  # restored after the test: this process's share
+    parts = []
+    for index in range(3):
+        ports.share(index, 3)
+        parts.append(set(ports._pool()))
+    ports.share(0, 1)
+    assert parts[0] | parts[1] | parts[2] == set(ports._pool())
+    assert not parts[0] & parts[1] and not parts[1] & parts[2] and not parts[0] & parts[2]
+    ports.share(1, 3)
+    monkeypatch.setattr(ports, "_handed", set())
+    assert all(port in parts[1] for port in (ports.free_port() for _ in range(20)))
+    with pytest.raises(ValueError):
+        ports.share(3, 3)
