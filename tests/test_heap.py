@@ -19,6 +19,9 @@ class Node:
 
 @pytest.fixture(autouse=True)
 def unfrozen() -> Iterator[None]:
+    # A test before this one in the same process (a worker's freezer started in-process, in a
+    # pytest-xdist worker's order) may have left the collector frozen: start from none frozen.
+    gc.unfreeze()
     gc.collect()
     yield
     gc.unfreeze()  # the other tests' collector as it was
