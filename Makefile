@@ -44,13 +44,17 @@ tools:
 demo: $(DEMO_STAMP)
 	$(VENV)/bin/infermon demo $(DEMO_ARGS)
 
+# The suite runs on pytest-xdist workers: most of its time is waiting on real servers and
+# compressed worlds, not CPU, so three a core (at most 12); TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); w=$$((3 * n)); [ $$w -gt 12 ] && w=12; echo $$w)
+
 # The tests' real llama-server: built once per machine (~20 min on 2 cores), reused after. Under CI
 # a failed build fails `make test`; elsewhere its tests skip and say so.
 test: $(STAMP) tools
 	@server="$$(PYTHON=$(PY) scripts/llama_server.sh)" || { \
 	  if [ "$${CI:-}" = true ]; then echo "llama-server could not be built (scripts/llama_server.sh)"; exit 1; fi; \
 	  echo "llama-server could not be built: its tests skip"; server=; }; \
-	LLAMA_SERVER="$$server" $(VENV)/bin/pytest $(PYTEST_ARGS)
+	LLAMA_SERVER="$$server" $(VENV)/bin/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 llama-server: $(STAMP)
 	PYTHON=$(PY) scripts/llama_server.sh

@@ -4,7 +4,8 @@
 #
 #   scripts/busy_test.sh [pytest args...]     HOGS=3 scripts/busy_test.sh tests/alerting
 #
-# Needs what `make test` sets up (.venv, the Debian tools, llama-server); exits with pytest's code.
+# Runs `make test` itself (its set-up, its workers: TEST_WORKERS), with the arguments as
+# PYTEST_ARGS; exits with its code.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 hogs=()
@@ -14,9 +15,8 @@ for _ in $(seq "${HOGS:-2}"); do
   python3 -c "while 1: pass" &
   hogs+=($!)
 done
-server="$(PYTHON=.venv/bin/python scripts/llama_server.sh)" || server=
 started=$(date +%s)
-LLAMA_SERVER="$server" .venv/bin/pytest "$@"
+make test PYTEST_ARGS="$*"
 rc=$?
-echo "busy_test: pytest exit $rc in $(( $(date +%s) - started )) s beside ${#hogs[@]} CPU hogs (pids ${hogs[*]})"
+echo "busy_test: make test exit $rc in $(( $(date +%s) - started )) s beside ${#hogs[@]} CPU hogs (pids ${hogs[*]})"
 exit $rc

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from monitor.ports import free_port
 from tests.pageserver import Page, PageServer
@@ -140,6 +141,7 @@ def test_serve_answers_then_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     assert "Traceback" not in output
 
 
+@pytest.mark.long
 def test_demo_shows_service_numbers(tmp_path: Path) -> None:
     port = free_port()
     process = subprocess.Popen(infermon("demo", "--port", str(port), "--duration", "40"), env=env(tmp_path),

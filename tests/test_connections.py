@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from monitor.config import load_settings
 from monitor.logfilter import RepeatFilter
@@ -21,6 +22,8 @@ from tests.conftest import FIXTURES
 from tests.latency import healthz_probe
 from tests.pageserver import Page, PageServer
 from tests.served_process import infermon_serve
+
+pytestmark = pytest.mark.alone  # a /healthz latency bar (tests/latency.py): run with no neighbours
 
 SLOW = 300
 CAP = 64

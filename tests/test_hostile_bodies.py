@@ -22,6 +22,8 @@ from tests.alerting.alertmanager_payload import am_payload
 from tests.appserver import serve_app
 from tests.latency import healthz_probe, rss_bytes
 
+pytestmark = pytest.mark.alone  # a /healthz latency bar (tests/latency.py): run with no neighbours
+
 TOKEN = "hostile-test-token-5c2b"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SAMPLE = {"model": "qwen3-8b", "prompt": "hi", "response": "hello"}

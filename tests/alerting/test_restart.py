@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from monitor.ports import free_port
@@ -67,6 +68,7 @@ def _healthy(port: int) -> bool:
         return False
 
 
+@pytest.mark.long
 def test_kill_9_then_restart_delivers_once(tmp_path: Path) -> None:
     port = free_port()
     output = tmp_path / "infermon.out"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 
 from monitor.ports import free_port
@@ -97,6 +98,7 @@ def settled(port: int) -> None:
     wait_for(lambda: alerting(port)["last_evaluation"] >= since + 2, 15)
 
 
+@pytest.mark.long
 def test_restart_keeps_firing_alerts_without_resolving_or_refiring(tmp_path: Path) -> None:
     port = free_port()
     output = tmp_path / "infermon.out"

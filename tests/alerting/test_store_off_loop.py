@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.alerting.alertmanager_payload import am_payload
 from tests.alerting.helpers import receiver_data, wait_for
@@ -21,6 +22,8 @@ from tests.conftest import FIXTURES
 from tests.latency import healthz_probe
 from tests.pageserver import Page, PageServer
 from tests.served_process import infermon_serve
+
+pytestmark = pytest.mark.alone  # a /healthz latency bar (tests/latency.py): run with no neighbours
 
 TOKEN = "store-test-token-91ab"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

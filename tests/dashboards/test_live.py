@@ -25,7 +25,7 @@ from tests.conftest import require_binary
 from tests.dashboards.panels import LABEL_VALUES, ROOT, PanelQuery, expanded_variables, queries
 from tests.served_process import stop
 
-pytestmark = pytest.mark.prometheus
+pytestmark = [pytest.mark.prometheus, pytest.mark.long]
 
 DEMO_SECONDS = 240
 WAIT_SECONDS = 150

@@ -64,6 +64,7 @@ def watch(monitor_url: str, prom: PrometheusServer, seconds: float) -> Timeline:
     return timeline
 
 
+@pytest.mark.long
 def test_prometheus_and_the_embedded_evaluator_fire_the_same_alerts(tmp_path: Path) -> None:
     binary = require_binary("prometheus")
     rules = short_rules(tmp_path, for_="2s", window="10s")

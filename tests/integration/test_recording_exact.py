@@ -61,6 +61,7 @@ def ours(rule: Rule, stats: Any) -> float | None:
     return quantiles.get(float(rule.labels["quantile"]))
 
 
+@pytest.mark.long
 def test_recording_rules_give_the_monitors_numbers(tmp_path: Path) -> None:
     monitor, times, prom = backfilled(tmp_path)
     view = monitor.service.view

@@ -16,6 +16,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 from sqlalchemy import create_engine, text
 
@@ -97,6 +98,7 @@ def fleet_spend(database: str) -> tuple[float, float]:
         engine.dispose()
 
 
+@pytest.mark.long
 def test_two_replicas_on_one_postgres(pg_url: str, tmp_path: Path) -> None:
     ports = [free_port(), free_port()]
     logs = [tmp_path / "a.out", tmp_path / "b.out"]

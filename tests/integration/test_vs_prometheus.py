@@ -41,6 +41,7 @@ async def drive(sim_url: str, monitor: Monitor) -> None:
     await monitor.aclose()
 
 
+@pytest.mark.long
 def test_numbers_match_prometheus() -> None:
     binary = require_binary("prometheus")
     sim = SimulatedEngine(EngineConfig(deterministic=True, seed=7), PROFILE)

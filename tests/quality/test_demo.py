@@ -10,11 +10,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import pytest
 
 from monitor.ports import free_port
 from tests.served_process import stop
 
 
+@pytest.mark.long
 def test_demo_runs_the_quality_layer_in_the_first_minute(tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "INFERMON_STORAGE__URL": f"sqlite:///{tmp_path / 'demo.db'}", "PYTHONUNBUFFERED": "1"}

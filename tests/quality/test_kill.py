@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from monitor.config import load_settings
@@ -32,6 +33,7 @@ def judged_count(url: str) -> int:
     return count
 
 
+@pytest.mark.long
 def test_kill_9_then_rerun_judges_only_what_was_missing(tmp_path: Path) -> None:
     script = JudgeScript(delay_s=0.25)
     with judge_server(script) as judge_url:

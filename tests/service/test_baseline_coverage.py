@@ -125,6 +125,7 @@ async def cycles(monitor: Monitor, seconds: float) -> list[Seen]:
     return seen
 
 
+@pytest.mark.long
 def test_ratio_is_absent_until_covered_then_about_one_and_survives_a_restart(tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("INFERMON_STORAGE__URL", raising=False)

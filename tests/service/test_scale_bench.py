@@ -24,6 +24,7 @@ def test_a_page_of_n_models_carries_every_family_once_per_model() -> None:
     assert len(running) == 10 and all('engine="0"' in line for line in running)
 
 
+@pytest.mark.long
 def test_the_scale_bench_runs_both_sides_on_multi_model_pages() -> None:
     args = argparse.Namespace(targets=3, models=2, interval=1, seconds=14.0, warmup=8.0, processes=1,
                               alone=False, parse_workers=0, reads=0)
@@ -37,6 +38,7 @@ def test_the_scale_bench_runs_both_sides_on_multi_model_pages() -> None:
     assert "ratios: CPU" in text and "RSS" in text
 
 
+@pytest.mark.long
 def test_the_scale_bench_alone_runs_the_monitor_without_prometheus() -> None:
     # Where one process stops keeping up is measured without Prometheus taking the same cores.
     # With parse workers, their CPU and memory count as the monitor's.
@@ -59,6 +61,7 @@ def test_the_scale_bench_alone_runs_the_monitor_without_prometheus() -> None:
     assert "read /api/v1/status: " in text
 
 
+@pytest.mark.long
 def test_the_two_sides_apart_give_ratios_and_say_when_prometheus_fell_behind() -> None:
     # bench.scale_apart: the monitor alone, then Prometheus with the rules alone, on the same pages.
     from bench.scale_apart import report as apart_report

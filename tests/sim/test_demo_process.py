@@ -32,6 +32,7 @@ def _metric(text: str, name: str) -> float | None:
     return None
 
 
+@pytest.mark.long
 def test_demo_starts_fresh_waits_for_the_first_scrape_and_its_gpu_follows_the_load(tmp_path: Path) -> None:
     port = free_port()
     (tmp_path / "infermon-demo.db").write_text("not a database: a fresh demo must not open it")
@@ -66,6 +67,7 @@ def test_demo_starts_fresh_waits_for_the_first_scrape_and_its_gpu_follows_the_lo
     assert (tmp_path / "infermon-demo.db").read_text().startswith("not a database")  # left alone
 
 
+@pytest.mark.long
 def test_demo_keeps_its_state_only_when_asked(tmp_path: Path) -> None:
     process = _start(tmp_path, free_port(), "--duration", "3", "--keep-state")
     try:

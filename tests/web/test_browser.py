@@ -28,6 +28,8 @@ from tests.served_process import stop
 from tests.web.browser import artifacts_dir, browser_page
 from tests.web.scenario import cell, row, settings_for, two_targets
 
+pytestmark = pytest.mark.long  # a demo run in a process of its own, read in a real Chromium
+
 DEMO_SECONDS = 150
 LOG_WINDOW = 60.0
 GPU_LABELS = 'node="demo-h200",gpu="0"'
