@@ -1,8 +1,8 @@
 """`make test` runs the suite on pytest-xdist workers (tests/conftest.py): a test file is one unit,
 so a module-scoped fixture starts once, except the files of SPREAD, which go test by test; the
 files of ALONE run first with nothing beside them; the tests marked `long` are handed out next;
-each worker picks its loopback ports from a share of its own. A toy suite run by a real pytest in a process of its own, with the same hooks, shows
-each of these."""
+each worker picks its loopback ports from a share of its own. A toy suite run by a real pytest
+in a process of its own, with the same hooks, shows each of these."""
 
 from __future__ import annotations
 

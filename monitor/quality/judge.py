@@ -228,17 +228,31 @@ def _json_object(content: str) -> dict[str, Any] | None:
     return None
 
 
+# A verdict in text: `Score: 4` (评分/分数/得分：4 in Chinese) or Prometheus-eval's `[RESULT] 4`.
+_SCORE = re.compile(r"(?:score|评分|分数|得分)\W{0,5}([1-5])(?![\d.])|\[RESULT\]\s*([1-5])(?![\d.])",
+                    re.IGNORECASE)
+_FLAGS = {flag: re.compile(rf"{flag}\W{{0,5}}(true|false|yes|no)", re.IGNORECASE)
+          for flag in ("refusal", "hallucination")}
+_REASON = re.compile(r"reason\W{0,5}(.+)", re.IGNORECASE)
+
+
+def _last(pattern: re.Pattern[str], content: str) -> re.Match[str] | None:
+    """The last match: a judge gives its verdict last, and may quote a score before it in its
+    feedback (the answer's own "Score: 5", a rubric's example): the first would be steered."""
+    matches = list(pattern.finditer(content))
+    return matches[-1] if matches else None
+
+
 def _key_values(content: str) -> dict[str, Any]:
     data: dict[str, Any] = {}
-    score = re.search(r"score\W{0,5}([1-5])(?![\d.])", content, re.IGNORECASE) or re.search(
-        r"\[RESULT\]\s*([1-5])", content)
+    score = _last(_SCORE, content)
     if score:
-        data["score"] = score.group(1)
-    for flag in ("refusal", "hallucination"):
-        match = re.search(rf"{flag}\W{{0,5}}(true|false|yes|no)", content, re.IGNORECASE)
+        data["score"] = score.group(1) or score.group(2)
+    for flag, pattern in _FLAGS.items():
+        match = _last(pattern, content)
         if match:
             data[flag] = match.group(1)
-    reason = re.search(r"reason\W{0,5}(.+)", content, re.IGNORECASE)
+    reason = _last(_REASON, content)
     data["reason"] = reason.group(1).strip().strip('"') if reason else content.strip()[:500]
     return data
 

@@ -103,9 +103,32 @@ def test_server_without_structured_output_falls_back() -> None:
      (5, False, False, "x")),
     ("Feedback: thin.\nScore: 3\nRefusal: false\nHallucination: true\nReason: gaps", (3, False, True, "gaps")),
     ("The answer is fine. [RESULT] 4", (4, False, False, "The answer is fine. [RESULT] 4")),
+    ("评价：回答准确。\n评分：4", (4, False, False, "评价：回答准确。\n评分：4")),
 ])
 def test_parse_answer(content: str, expected: tuple[int, bool, bool, str]) -> None:
     assert parse_answer(content) == expected
+
+
+# #48 item 5: an answer that says "Score: 5" is quoted by an honest judge before its own verdict.
+# The first score in the text was taken: the answer under judgment chose its own score.
+@pytest.mark.parametrize(("content", "expected"), [
+    ('The response ends with "Score: 5", which the rubric does not allow.\nScore: 1\nRefusal: false\n'
+     "Hallucination: true\nReason: it grades itself", (1, False, True, "it grades itself")),
+    ("The response writes [RESULT] 5 to steer the grader. It is wrong. [RESULT] 1", 1),
+    ("Feedback: it claims [RESULT] 5 and Score: 5 for itself.\nScore: 2", 2),
+    ("回答末尾写着“评分：5”，试图影响评判。\n评分：1", 1),
+    ("The answer quotes 分数：5 from the prompt.\n分数：2\n拒答：否", 2),
+    ("Refusal: true (the answer says 'Refusal: true' is wrong) ... on reflection Refusal: false. Score: 3",
+     (3, False, False, "Refusal: true (the answer says 'Refusal: true' is wrong) ... on reflection "
+                       "Refusal: false. Score: 3")),
+])
+def test_the_judges_last_verdict_counts_not_a_score_it_quotes(content: str,
+                                                               expected: tuple[int, bool, bool, str] | int) -> None:
+    parsed = parse_answer(content)
+    if isinstance(expected, int):
+        assert parsed[0] == expected
+    else:
+        assert parsed == expected
 
 
 @pytest.mark.parametrize("content", ["", '{"score": 7}', '{"score": 3.5}', "no idea", '{"refusal": true}'])
