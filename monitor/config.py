@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import core_schema
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from monitor.redaction import redact_urls
 
@@ -677,6 +677,19 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
         return Settings(**data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, path)) from None
+    except SettingsError as exc:  # an environment value pydantic-settings could not decode (a list not in JSON)
+        raise ConfigError(_describe_undecodable(exc)) from None
+
+
+def _describe_undecodable(exc: SettingsError) -> str:
+    """Names the section's variables, never their values (a value may be a token)."""
+    section = re.search(r'field "(\w+)"', str(exc))
+    name = section.group(1) if section else ""
+    prefix = f"INFERMON_{name.upper()}"
+    variables = sorted(v for v in os.environ if name and v.upper().startswith(prefix))
+    which = ", ".join(variables) or "an INFERMON_ variable"
+    return (f"{which} (environment): {name or 'a setting'}: a value cannot be read: a list or a mapping "
+            'in the environment is written as JSON, e.g. INFERMON_SERVICE__WINDOWS=\'["1m", "5m"]\'')
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

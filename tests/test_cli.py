@@ -97,6 +97,11 @@ def test_check_blames_the_environment_variable_and_suggests_a_key(tmp_path: Path
     assert result.returncode == 2
     assert "INFERMON_SERVICE__SCRAPE_INTERVAL (environment): service.scrape_interval: not a duration" in result.stderr
     assert "min.yaml" not in result.stderr
+    undecodable = {**env(tmp_path), "INFERMON_SERVICE__WINDOWS": "x"}  # a list not in JSON (#48 item 8)
+    result = subprocess.run(infermon("check", "--config", str(config)), capture_output=True, text=True,
+                            env=undecodable, timeout=60, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr and "SettingsError" not in result.stderr
+    assert "INFERMON_SERVICE__WINDOWS (environment): service: a value cannot be read" in result.stderr
     config.write_text("service:\n  scrape_intervall: 5s\n")
     result = subprocess.run(infermon("check", "--config", str(config)), capture_output=True, text=True,
                             env=env(tmp_path), timeout=60, check=False)

@@ -117,3 +117,16 @@ def test_sighup_with_a_config_that_is_not_utf8_says_so(tmp_path: Path) -> None:
     assert reloaded is False
     assert status["last_reload_successful"] is False
     assert status["last_reload_error"] == f"{config}: not valid UTF-8 at byte 36"
+
+
+def test_a_list_in_the_environment_that_is_not_json_names_the_variable_not_its_value(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # #48 item 8: INFERMON_SERVICE__WINDOWS=x escaped as pydantic-settings' SettingsError, a traceback.
+    monkeypatch.setenv("INFERMON_SERVICE__WINDOWS", "APITOKEN-9f3e1")
+    with pytest.raises(ConfigError) as raised:
+        load_settings(None)
+    message = str(raised.value)
+    assert message.startswith("INFERMON_SERVICE__WINDOWS (environment): service: a value cannot be read")
+    assert "JSON" in message and "APITOKEN" not in message
+    monkeypatch.setenv("INFERMON_SERVICE__WINDOWS", '["1m", "5m"]')
+    assert [w.text for w in load_settings(None).service.windows] == ["1m", "5m"]
