@@ -683,11 +683,11 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
 
 def _describe_undecodable(exc: SettingsError) -> str:
     """Names the section's variables, never their values (a value may be a token)."""
+    from monitor.settings_keys import env_vars_under
+
     section = re.search(r'field "(\w+)"', str(exc))
     name = section.group(1) if section else ""
-    prefix = f"INFERMON_{name.upper()}"
-    variables = sorted(v for v in os.environ if name and v.upper().startswith(prefix))
-    which = ", ".join(variables) or "an INFERMON_ variable"
+    which = ", ".join(env_vars_under(name, os.environ) if name else []) or "an INFERMON_ variable"
     return (f"{which} (environment): {name or 'a setting'}: a value cannot be read: a list or a mapping "
             'in the environment is written as JSON, e.g. INFERMON_SERVICE__WINDOWS=\'["1m", "5m"]\'')
 

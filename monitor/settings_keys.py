@@ -90,3 +90,9 @@ def env_var_for(loc: Loc, environ: Mapping[str, str]) -> str | None:
         if name in names:
             return names[name]
     return None
+
+
+def env_vars_under(section: str, environ: Mapping[str, str]) -> list[str]:
+    """The INFERMON_ variables that set `section` or a key beneath it (INFERMON_SERVICE__WINDOWS)."""
+    name = ENV_PREFIX + section.upper()
+    return sorted(v for v in environ if v.upper() == name or v.upper().startswith(name + "__"))
