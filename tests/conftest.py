@@ -24,11 +24,11 @@ def pytest_configure(config: pytest.Config) -> None:
 # tests' ids, so the files that go another way than as a whole are named here; the workers, which
 # see the marks, check the names against them (pytest_collection_modifyitems).
 # - SPREAD: test by test, on any worker: minutes of independent worlds each (no module fixture).
-# - ALONE: marked `alone` (a latency bar the neighbours' load would break): first, on one worker,
+# - ALONE: marked `alone` (a latency or timing bar the neighbours' load would break): first, on one worker,
 #   while the others wait.
 SPREAD = frozenset({"tests/alerting/test_scorecard.py", "tests/service/test_scale_bench.py"})
 ALONE = frozenset({"tests/test_connections.py", "tests/test_hostile_bodies.py",
-                   "tests/alerting/test_store_off_loop.py"})
+                   "tests/alerting/test_store_off_loop.py", "tests/canary/test_sim_timings.py"})
 
 
 def _file(nodeid: str) -> str:

@@ -19,6 +19,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bench.forwarder import Forwarder
 from monitor.canary.outcome import ProbeResult
 from monitor.catalog import CATALOG
@@ -34,6 +36,8 @@ from tests.canary.conftest import (
     samples,
 )
 from tests.golden import assert_promtool_accepts, emitted_families
+
+pytestmark = pytest.mark.alone  # client timings held to 50 ms (TTFT) and 3 ms (TPOT): run with no neighbours
 
 TTFT_NOISE_S = 0.05
 TPOT_NOISE_S = 0.003
