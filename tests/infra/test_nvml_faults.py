@@ -118,7 +118,7 @@ def test_a_hung_nvml_init_fails_the_tick_and_is_not_retried_while_stuck() -> Non
     assert all(value(p, "inference_monitor_collector_success", collector="infra", target="nvml") == 0.0
                for p in pages)
     assert errors == ["timed out after 0.3s"] + ["previous call still blocked"] * 3
-    assert entry.duration_seconds is not None and entry.duration_seconds < 0.1  # no second wait
+    assert entry.duration_seconds is not None and entry.duration_seconds < 0.25  # no second 0.3 s wait
     assert threads == 1
 
 

@@ -44,7 +44,7 @@ def test_yaml_anchors_and_aliases_are_refused_at_once() -> None:
     started = time.perf_counter()
     with pytest.raises(DiscoveryError) as raised:
         parse_target_groups(ALIAS_BOMB, "bomb.yml")
-    assert time.perf_counter() - started < 0.5
+    assert time.perf_counter() - started < 2.0  # expanded, it would take minutes
     assert str(raised.value) == "bomb.yml: line 1: YAML anchors and aliases (&, *) are not allowed in file_sd files"
     with pytest.raises(DiscoveryError, match="anchors and aliases"):
         parse_target_groups("- &g {targets: ['h:1']}\n- *g\n", "twice.yml")
