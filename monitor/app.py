@@ -16,13 +16,17 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
 from monitor.alerting.am_receiver import add_alertmanager_route
+from monitor.alerting.delivery import STUCK_AFTER
 from monitor.auth import write_access
 from monitor.cost.report import cost_report
 from monitor.jsonpieces import json_response
+from monitor.redaction import redact_urls
 from monitor.runtime import Job, Monitor
+from monitor.store.worker import StoreUnavailable
 
 log = logging.getLogger("monitor.app")
 
@@ -110,9 +114,22 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
 
     @app.get("/api/v1/alerts", response_class=Response)
     async def alerts() -> Response:
-        transitions = await monitor.store_io.call(monitor.transitions)
+        # The active alerts are in memory; the transitions are read from the store, which may be down
+        # or locked: then a 503 at once with the reason (and the active alerts), not a 500 or a wait.
         active = await monitor.alerting.active_in_turns() if monitor.alerting else []
-        return await json_response({"active": active, "transitions": transitions})
+        try:
+            transitions = await asyncio.wait_for(
+                monitor.store_io.call(monitor.transitions, stuck_after=STUCK_AFTER), STUCK_AFTER)
+        except TimeoutError:
+            reason = f"the store did not answer within {STUCK_AFTER:g} s"
+        except (SQLAlchemyError, StoreUnavailable) as exc:
+            first = str(getattr(exc, "orig", None) or exc).splitlines()
+            reason = redact_urls(f"{type(exc).__name__}: {first[0][:200] if first else ''}")
+        else:
+            return await json_response({"active": active, "transitions": transitions})
+        log.warning("GET /api/v1/alerts: the transitions cannot be read: %s", reason)
+        return JSONResponse({"error": f"the alert history cannot be read now: {reason}", "active": active,
+                             "transitions": None}, status_code=503)
     add_alertmanager_route(app, monitor.delivery, monitor.settings, monitor.explainer)
     log.info("write routes (POST /api/v1/alertmanager, /api/v1/samples): %s", write_access(monitor.settings).reason)
     from monitor.web.page import add_overview_routes

@@ -122,19 +122,41 @@ def check(config: ConfigOption = None) -> None:
     typer.echo(f"configuration OK: {len(settings.service.targets)} service target(s)")
     if settings.alerting.enabled:
         _check_rules(settings)
-    if settings.storage.url.startswith("sqlite:"):  # a check leaves no database file behind
-        settings = settings.model_copy(update={"storage": settings.storage.model_copy(update={"url": "sqlite://"})})
+    store_up = settings.storage.url.startswith("sqlite:") or _check_store(settings.storage.url)
+    # The sources are probed over a store in memory: a check leaves no database file behind and
+    # migrates nothing (a PostgreSQL store is only read, above).
+    settings = settings.model_copy(update={"storage": settings.storage.model_copy(update={"url": "sqlite://"})})
     notes = _CollectedLog()
     logging.getLogger().addHandler(notes)
     logging.getLogger().setLevel(logging.WARNING)
     try:
-        all_up = asyncio.run(_probe_once(settings))
+        all_up = asyncio.run(_probe_once(settings)) and store_up
     finally:
         logging.getLogger().removeHandler(notes)
     for line in notes.lines():
         typer.echo(f"  note: {line}")
     if not all_up:
         raise typer.Exit(1)
+
+
+def _check_store(url: str) -> bool:
+    """Connect to a server store once and read its schema revision; says so in a line like a target's."""
+    from sqlalchemy import create_engine
+
+    from monitor.store.dbcli import describe_error
+    from monitor.store.migrate import current, head
+
+    engine = create_engine(url, connect_args={"connect_timeout": 10})
+    try:
+        revision = current(engine)
+    except SQLAlchemyError as exc:  # refused, unknown host, authentication failed: a source that is down
+        typer.echo(f"  {'store':<20} DOWN: {describe_error(url, exc)}")
+        return False
+    finally:
+        engine.dispose()
+    at = "at head" if revision == head() else f"at {revision or 'empty'}; start-up migrates it to {head()}"
+    typer.echo(f"  {'store':<20} up, schema {at}")
+    return True
 
 
 class _CollectedLog(logging.Handler):

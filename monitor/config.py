@@ -37,6 +37,16 @@ class ConfigError(Exception):
     """A configuration problem, naming the key: `service.scrape_interval: ...`."""
 
 
+_HTTP_URL = re.compile(r"https?://[^/\s?#]+(?:[/?#]\S*)?")
+
+
+def http_url(value: str, example: str) -> str:
+    """`value` if it is an http(s) URL with a host; the error never quotes it (it may hold a token)."""
+    if not _HTTP_URL.fullmatch(value):
+        raise ValueError(f"not an http(s) URL (e.g. {example})")
+    return value
+
+
 class Duration:
     """A duration written as text (`500ms`, `15s`, `1m`, `1h`); keeps the text for labels."""
 
@@ -45,11 +55,11 @@ class Duration:
     def __init__(self, text: str) -> None:
         match = _DURATION.match(text)
         if match is None:
-            raise ValueError(f"not a duration: {text!r} (use e.g. 500ms, 15s, 1m, 1h)")
+            raise ValueError("not a duration (use e.g. 500ms, 15s, 1m, 1h)")  # never quoted: a pasted token
         self.seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
         self.text = text.strip() if match.group(2) else f"{match.group(1)}s"
         if self.seconds <= 0:
-            raise ValueError(f"duration must be positive: {text!r}")
+            raise ValueError("a duration must be positive")
 
     @classmethod
     def _validate(cls, value: Any) -> Duration:
@@ -59,7 +69,7 @@ class Duration:
             return cls(f"{value}s")
         if isinstance(value, str):
             return cls(value)
-        raise ValueError(f"not a duration: {value!r}")
+        raise ValueError(f"not a duration: a {type(value).__name__}, not text (use e.g. 15s)")
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
@@ -124,14 +134,14 @@ class Target(_Section):
         from monitor.service.engines import engine_names  # the engine tables, not a copy of their names
 
         if value is not None and value not in engine_names():
-            raise ValueError(f"unknown engine {value!r}: one of {', '.join(engine_names())}")
+            raise ValueError(f"unknown engine: one of {', '.join(engine_names())}")
         return value
 
     @field_validator("metric_prefix")
     @classmethod
     def _name_prefix(cls, value: str) -> str:
         if value and not re.match(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$", value):
-            raise ValueError(f"not a metric-name prefix: {value!r}")
+            raise ValueError("not a metric-name prefix ([a-zA-Z_:][a-zA-Z0-9_:]*)")
         return value
 
     @field_validator("url")
@@ -273,12 +283,26 @@ class StorageSettings(_Section):
     @classmethod
     def _known_url(cls, value: str) -> str:
         from sqlalchemy.engine import make_url
-        from sqlalchemy.exc import ArgumentError
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
         try:
-            make_url(value)
+            url = make_url(value)
         except ArgumentError:
             raise ValueError("not a database URL (e.g. sqlite:///./infermon.db)") from None
+        # Checked here, not at the first connection: `check` must not say OK for a store that cannot load.
+        # The scheme is quoted, never the URL: it may hold a password.
+        backend = url.get_backend_name()
+        if backend not in ("sqlite", "postgresql"):
+            hint = "write postgresql+psycopg://" if backend == "postgres" else "use sqlite:///PATH or postgresql+psycopg://"
+            raise ValueError(f"the store is SQLite or PostgreSQL, not {backend!r}: {hint}")
+        try:
+            url.get_dialect().import_dbapi()
+        except NoSuchModuleError:
+            raise ValueError(f"unknown driver {url.drivername!r}: use sqlite:///PATH or "
+                             "postgresql+psycopg://") from None
+        except ImportError as exc:
+            raise ValueError(f"the {url.drivername!r} driver's module {exc.name} is not installed: use "
+                             "postgresql+psycopg:// with pip install 'inference-monitor[postgres]'") from None
         return value
 
 
@@ -353,6 +377,12 @@ class ReceiverSettings(_Section):
     max_alerts: int = Field(0, ge=0, description="Most alerts in one message, 0 = all (webhook truncatedAlerts)")
     timeout: Duration = Field(Duration("10s"), description="Deadline for one send")
     retry_deadline: Duration = Field(Duration("24h"), description="A notification still failing after this is dropped")
+
+    @field_validator("url")
+    @classmethod
+    def _http_receiver(cls, value: SecretStr) -> SecretStr:
+        http_url(value.get_secret_value(), "https://hooks.example.com/...")
+        return value
 
     @pydantic.model_validator(mode="before")
     @classmethod
@@ -450,6 +480,11 @@ class AlertingSettings(_Section):
     receivers: list[ReceiverSettings] = Field(default_factory=list)
     causes: CauseSettings = Field(default_factory=CauseSettings, description="Probable-cause thresholds")
 
+    @field_validator("external_url", "runbook_base_url")
+    @classmethod
+    def _http_links(cls, value: str | None) -> str | None:
+        return None if value is None else http_url(value, "https://infermon.example.com/")
+
     @field_validator("receivers")
     @classmethod
     def _unique_receivers(cls, value: list[ReceiverSettings]) -> list[ReceiverSettings]:
@@ -504,7 +539,7 @@ class CostSettings(_Section):
         try:
             ZoneInfo(value)
         except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {value!r} (use an IANA name, e.g. Asia/Shanghai)") from None
+            raise ValueError("unknown time zone (use an IANA name, e.g. Asia/Shanghai)") from None
         return value
 
     @model_validator(mode="after")
@@ -545,6 +580,11 @@ class LangfuseSource(_Section):
     page_size: int = Field(100, ge=1, le=1000)
     timeout: Duration = Field(Duration("30s"))
 
+    @field_validator("host")
+    @classmethod
+    def _http_host(cls, value: str) -> str:
+        return http_url(value, "https://cloud.langfuse.com")
+
 
 SampleSource = Annotated[RequestLogSource | JsonlSource | LangfuseSource, Field(discriminator="type")]
 
@@ -561,6 +601,11 @@ class JudgeSettings(_Section):
                             description="Bound of every judge answer: a judge that never closes its JSON stops here")
     usd_per_million_input_tokens: float = Field(1.25, ge=0)
     usd_per_million_output_tokens: float = Field(10.0, ge=0)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_base(cls, value: str) -> str:
+        return http_url(value, "http://10.0.0.5:8000/v1")
 
 
 class CustomPattern(_Section):
@@ -608,7 +653,7 @@ class QualitySettings(_Section):
         try:
             ZoneInfo(value)
         except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone: {value!r}") from None
+            raise ValueError("unknown time zone (use an IANA name, e.g. Asia/Shanghai)") from None
         return value
 
     @field_validator("schedule")

@@ -32,6 +32,9 @@ def safe_url(url: str) -> str:
     except ValueError:  # not a URL at all (an invalid target in the config): show nothing of it
         return REDACTED
     query = _QUERY_PAIR.sub(_redact_pair, parts.query) if parts.query else ""
+    if not host and parts.scheme and url.startswith(f"{parts.scheme}://"):  # sqlite:///x.db: an empty host, kept
+        return f"{parts.scheme}://{parts.path}" + (f"?{query}" if query else "") + \
+            (f"#{parts.fragment}" if parts.fragment else "")
     return urlunsplit((parts.scheme, host, parts.path, query, parts.fragment))
 
 

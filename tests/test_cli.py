@@ -117,6 +117,31 @@ def test_check_blames_the_environment_variable_and_suggests_a_key(tmp_path: Path
     assert "<unicode string>" not in result.stderr
 
 
+def test_check_reads_a_postgresql_store_once_and_migrates_nothing(tmp_path: Path, pg_url: str) -> None:
+    # #48 item 8: `check` said "configuration OK" and then died in a traceback on a store it could not load.
+    from sqlalchemy import create_engine
+
+    from monitor.store.migrate import current
+
+    config = tmp_path / "pg.yaml"
+    config.write_text("infra: {nvml: {enabled: 'false'}}\n")
+    closed = f"postgresql+psycopg://infermon:hunter2-secret@127.0.0.1:{free_port()}/infermon"
+    for url, code, line in [(closed, 1, "DOWN: postgresql+psycopg://infermon:***@127.0.0.1:"),
+                            (pg_url, 0, "up, schema at empty; start-up migrates it to"),
+                            ("postgres://infermon:hunter2-secret@db/infermon", 2,
+                             "storage.url: the store is SQLite or PostgreSQL, not 'postgres'")]:
+        result = subprocess.run(infermon("check", "--config", str(config)), capture_output=True, text=True,
+                                env={**env(tmp_path), "INFERMON_STORAGE__URL": url}, timeout=60, check=False)
+        output = result.stdout + result.stderr
+        assert result.returncode == code, output
+        assert line in output and "Traceback" not in output and "hunter2" not in output
+    engine = create_engine(pg_url)
+    try:
+        assert current(engine) is None  # a check reads the store; it is `serve` or `db upgrade` that migrate
+    finally:
+        engine.dispose()
+
+
 def test_serve_answers_then_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     port = free_port()
     with PageServer() as server:

@@ -130,3 +130,56 @@ def test_a_list_in_the_environment_that_is_not_json_names_the_variable_not_its_v
     assert "JSON" in message and "APITOKEN" not in message
     monkeypatch.setenv("INFERMON_SERVICE__WINDOWS", '["1m", "5m"]')
     assert [w.text for w in load_settings(None).service.windows] == ["1m", "5m"]
+
+
+SECRET = "APITOKEN-9f3e1"  # pasted where a value goes, as an environment mix-up does
+
+
+@pytest.mark.parametrize(("key", "value", "reason"), [
+    ("service.scrape_interval", SECRET, "not a duration (use e.g. 500ms, 15s, 1m, 1h)"),
+    ("cost.timezone", SECRET, "unknown time zone (use an IANA name, e.g. Asia/Shanghai)"),
+    ("quality.timezone", SECRET, "unknown time zone (use an IANA name, e.g. Asia/Shanghai)"),
+    ("storage.url", f"postgres://infermon:{SECRET}@db:5432/infermon",
+     "the store is SQLite or PostgreSQL, not 'postgres': write postgresql+psycopg://"),
+    ("storage.url", f"mysql://infermon:{SECRET}@db/infermon", "the store is SQLite or PostgreSQL, not 'mysql'"),
+    ("storage.url", f"postgresql+nodriver://infermon:{SECRET}@db/infermon", "unknown driver 'postgresql+nodriver'"),
+    ("storage.url", f"postgresql+psycopg2://infermon:{SECRET}@db/infermon",
+     "the 'postgresql+psycopg2' driver's module psycopg2 is not installed"),
+    ("quality.judge.base_url", f"not a url {SECRET}", "not an http(s) URL (e.g. http://10.0.0.5:8000/v1)"),
+    ("quality.judge.base_url", f"htp://judge/{SECRET}", "not an http(s) URL"),
+    ("alerting.external_url", f"ftp://{SECRET}", "not an http(s) URL"),
+    ("alerting.runbook_base_url", SECRET, "not an http(s) URL"),
+])
+def test_a_bad_value_is_named_by_its_key_and_never_quoted(key: str, value: str, reason: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # #48 item 8: a duration error quoted its value ('APITOKEN-...'); postgres:// and mysql:// passed
+    # `check` and failed at the first connection; a judge URL that was not one passed.
+    monkeypatch.delenv("INFERMON_STORAGE__URL")  # the tests' in-memory store would win over the key
+    with pytest.raises(ConfigError) as raised:
+        load_settings(None, nested(key, value))
+    message = str(raised.value)
+    assert f"{key}: {reason}" in message
+    assert SECRET not in message
+
+
+@pytest.mark.parametrize("url", ["htp://hooks.example.com/x", "not a url", "http://", "hooks.example.com/x"])
+def test_a_receiver_url_that_is_not_http_is_refused_without_quoting_it(url: str) -> None:
+    receiver = {"name": "ops", "type": "feishu", "url": f"{url}/{SECRET}"}
+    with pytest.raises(ConfigError) as raised:
+        load_settings(None, {"alerting": {"receivers": [receiver]}})
+    assert "alerting.receivers.0.url: not an http(s) URL" in str(raised.value)
+    assert SECRET not in str(raised.value)
+
+
+def test_the_urls_that_work_still_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INFERMON_STORAGE__URL")
+    settings = load_settings(None, {
+        "storage": {"url": "postgresql+psycopg://u:p@db:5432/infermon"},
+        "alerting": {"external_url": "https://infermon.example.com/", "receivers": [
+            {"name": "ops", "type": "webhook", "url": "http://10.0.0.7:8080/hook?token=x"}]},
+        "quality": {"judge": {"base_url": "http://localhost:8000/v1"},
+                    "sources": [{"type": "langfuse", "host": "http://langfuse.internal:3000"}]},
+    })
+    assert settings.alerting.receivers[0].url.get_secret_value() == "http://10.0.0.7:8080/hook?token=x"
+    assert settings.storage.url == "postgresql+psycopg://u:p@db:5432/infermon"
+    assert load_settings(None, {"storage": {"url": "sqlite:///./x.db"}}).storage.url == "sqlite:///./x.db"

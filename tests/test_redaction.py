@@ -33,6 +33,10 @@ SECRETS = ("s3cr3t-pass", "tok-9f8e7d", "ak-112233", "sig-abcdef", "judge-pw-77"
     ("http://h:9400/metrics", "http://h:9400/metrics"),
     ("http://token@h/", "http://h/"),
     ("http://[::1/", "<redacted>"),
+    # An empty host keeps its three slashes (it read sqlite:/x.db), and loses the userinfo beside it.
+    ("sqlite:///./x.db", "sqlite:///./x.db"),
+    ("sqlite:////var/lib/infermon.db?key=k1", "sqlite:////var/lib/infermon.db?key=<redacted>"),
+    ("http://bob:pw@/x", "http:///x"),
 ])
 def test_safe_url(url: str, shown: str) -> None:
     assert safe_url(url) == shown

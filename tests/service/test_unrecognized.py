@@ -168,11 +168,11 @@ def test_pinned_engine_names_the_families_expected_and_missing(app_url: tuple[st
 
 
 def test_a_pinned_engine_must_be_one_the_monitor_knows() -> None:
-    with pytest.raises(Exception, match="unknown engine 'vlm': one of vllm, sglang, tgi"):
+    with pytest.raises(Exception, match=r"service\.targets\.0\.engine: unknown engine: one of vllm, sglang, tgi"):
         load_settings(None, {"service": {"targets": [{"name": "a", "url": "http://a/metrics", "engine": "vlm"}]}})
     [target] = parse_target_groups('[{"targets": ["10.0.0.5:8000"], "labels": {"engine": "sglang"}}]', "sd.json")
     assert target.engine == "sglang"
-    with pytest.raises(DiscoveryError, match="unknown engine 'llama'"):
+    with pytest.raises(DiscoveryError, match="unknown engine: one of"):
         parse_target_groups('[{"targets": ["10.0.0.5:8000"], "labels": {"engine": "llama"}}]', "sd.json")
 
 
