@@ -151,11 +151,12 @@ CATALOG: dict[str, MetricDef] = {
         MetricDef("inference_monitor_job_skipped_runs_total", "counter", ("job",), "Runs of the job the scheduler skipped because the previous run was still going (one at a time, never stacked): counted here, not logged once per skip.", "self"),
         MetricDef("inference_monitor_job_errors_total", "counter", ("job",), "Unexpected exceptions caught in the job's steps (each logged; the job went on).", "self"),
         MetricDef("inference_monitor_event_loop_lag_seconds", "gauge", ("stat",), "How late the event loop woke from a 0.1 s sleep: the last wake-up (stat=last) and the latest minute's largest (stat=max_1m): the delay /healthz sees too.", "self"),
+        MetricDef("inference_monitor_store_recreations_total", "counter", (), "Times the SQLite database file was found deleted and created again (empty, at schema head): the history, alert states and undelivered notifications it held were lost.", "store"),
         MetricDef("inference_monitor_config_last_reload_successful", "gauge", (), "0 when the last configuration reload (SIGHUP) failed; the running configuration was kept.", "self"),
         # alerting: the embedded evaluator
         MetricDef("inference_monitor_alerts_firing", "gauge", ("severity",), "Alerts the embedded evaluator has firing now, per severity (0 for each severity the rules use).", "alerting"),
         # alerting: delivery of notifications (the outbox and its receivers)
-        MetricDef("inference_monitor_notifications_total", "counter", ("receiver", "outcome"), "Notification send attempts by outcome: sent, retried (will try again), failed (given up: a permanent error), dropped_expired (past the retry deadline).", "alerting"),
+        MetricDef("inference_monitor_notifications_total", "counter", ("receiver", "outcome"), "Notification send attempts by outcome: sent, retried (will try again), failed (given up: a permanent error), dropped_expired (past the retry deadline); sent_direct, retried_direct, failed_direct: the monitor's own alerts (layer=monitor) sent from memory while the store could not take them.", "alerting"),
         MetricDef("inference_monitor_outbox_pending", "gauge", ("receiver",), "Notifications queued for the receiver and not yet delivered.", "alerting"),
         MetricDef("inference_monitor_notifications_failing", "gauge", ("receiver",), "1 while the receiver's last send attempt failed.", "alerting"),
         MetricDef("inference_monitor_outbox_oldest_pending_seconds", "gauge", ("receiver",), "How long the receiver's oldest undelivered notification has waited (0 when none waits).", "alerting"),

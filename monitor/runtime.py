@@ -55,7 +55,7 @@ from monitor.service.workers import ParseWorkers
 from monitor.store.baseline import BaselineHistory
 from monitor.store.quality import QualityStore
 from monitor.store.session import Store
-from monitor.store.worker import StoreUnavailable, StoreWorker
+from monitor.store.worker import StoreUnavailable, StoreWorker, render_store
 from monitor.web.history import History
 from monitor.web.overview import headline, overview, overview_in_turns
 
@@ -169,6 +169,7 @@ class Monitor:
             lambda: render_schedule(self.spreader),
         ]
         renderers.append(lambda: render_delivery(self.delivery))
+        renderers.append(lambda: render_store(self.store_io))
         self.loop_lag = LoopLagProbe()  # its task runs under `infermon serve` (monitor/app.py's lifespan)
         renderers.append(lambda: render_loop_lag(self.loop_lag))
         self.registry = make_registry(renderers)

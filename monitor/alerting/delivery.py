@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -22,12 +24,14 @@ from prometheus_client.core import Metric
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from monitor.alerting.grouping import group_id, group_labels, transition_key
 from monitor.alerting.model import Alert
 from monitor.alerting.outbox import Due, Outbox
 from monitor.alerting.receivers import build_receiver
-from monitor.alerting.receivers.base import Outcome, Receiver
+from monitor.alerting.receivers.base import Notification, Outcome, Receiver
+from monitor.alerting.runbooks import link_alert
 from monitor.catalog import family
-from monitor.config import AlertingSettings
+from monitor.config import AlertingSettings, ReceiverSettings
 from monitor.health import HealthBook
 from monitor.store.worker import StoreWorker
 
@@ -64,6 +68,7 @@ class Delivery:
         # how long a send may hold a notification: its timeout and a margin
         self.lease = {name: config.timeout.seconds + 5.0 for name, config in configs.items()}
         self.outbox = Outbox(engine, configs, wall, settings.external_url or "", settings.runbook_base_url)
+        self.direct = DirectQueue(configs, settings.external_url or "", settings.runbook_base_url)
         self.worker = worker or StoreWorker(engine, HealthBook(wall=wall))
         self.wall = wall
         self.counts: Counter[tuple[str, str]] = Counter()
@@ -75,11 +80,21 @@ class Delivery:
         self.latest: list[dict[str, Any]] = self.outbox.recent(RECENT)
 
     def enqueue(self, alerts: Sequence[Alert], source: str) -> None:
-        self.store(alerts, source)
+        """The evaluator's transitions into the outbox. When the store cannot take them, the
+        monitor's own alerts among them (StoreFailing first of all) are sent from memory, and the
+        error is raised: the evaluator offers every transition again, and once the store takes
+        them, those already sent are recorded as sent, not sent again."""
+        try:
+            self.store(alerts, source)
+        except Exception:
+            self.direct.offer(alerts, self.wall())
+            raise
 
     def store(self, alerts: Sequence[Alert], source: str) -> int:
         """As `enqueue`, returning how many transitions were new (the rest were duplicates)."""
-        new = self.outbox.store(alerts, source)
+        delivered = self.direct.delivered(alerts)
+        new = self.outbox.store(alerts, source, delivered)
+        self.direct.recorded(alerts)
         self.latest = self.outbox.recent(RECENT)
         return new
 
@@ -93,6 +108,7 @@ class Delivery:
     async def run_once(self) -> None:
         """The sender job: flush due groups, drain the queues. A database outage is logged and
         retried on the next run; nothing is lost (what was stored stays stored)."""
+        await self._drain_direct()  # first, and without the store: it may be what is failing
         io = self.worker.call
         try:
             await io(self.outbox.flush_groups)
@@ -156,8 +172,127 @@ class Delivery:
         verdict = "will retry" if outcome.retry else "giving up on this notification"
         log.log(level, "receiver %s: send failed (%s), %s", name, outcome.error, verdict)
 
+    async def _drain_direct(self) -> None:
+        for note in self.direct.due(self.wall()):
+            receiver = self.receivers.get(note.notification.receiver)
+            if receiver is None:
+                self.direct.drop(note)
+                continue
+            try:
+                outcome = await receiver.send(note.notification)
+            except Exception as exc:
+                log.exception("receiver %s: cannot build a notification sent from memory", note.notification.receiver)
+                outcome = Outcome(False, False, f"internal error: {type(exc).__name__}")
+            name = note.notification.receiver
+            if outcome.sent:
+                self.direct.sent(note, self.wall())
+                self._count(name, "sent_direct")
+                log.warning("receiver %s: sent %d alert(s) of the monitor's own from memory (the store cannot take "
+                            "them): %s", name, len(note.notification.alerts),
+                            ", ".join(sorted({a.name for a in note.notification.alerts})))
+            elif outcome.retry:
+                self.direct.retry(note, self.wall() + backoff(note.attempts + 1))
+                self._count(name, "retried_direct")
+            else:
+                self.direct.drop(note)
+                self._count(name, "failed_direct")
+                log.warning("receiver %s: a notification sent from memory failed (%s), giving up", name,
+                            outcome.error)
+
     def _count(self, receiver: str, outcome: str) -> None:
         self.counts[(receiver, outcome)] += 1
+
+
+DIRECT_LAYER = "monitor"  # the alerts about the monitor itself: what must reach someone while the store is down
+MAX_DIRECT = 100  # notifications held in memory; past it the oldest are dropped (and said)
+
+
+@dataclass
+class DirectNote:
+    notification: Notification
+    keys: tuple[str, ...]  # the transitions it carries (transition_key)
+    next_attempt_at: float
+    attempts: int = 0
+
+
+class DirectQueue:
+    """The in-memory path for the monitor's own alerts while the outbox cannot take them: one
+    notification per receiver and group, sent by the sender job ahead of the outbox, recorded in
+    the outbox as sent once the store takes the transitions. Offered from the store thread, sent
+    from the loop: one lock."""
+
+    def __init__(self, receivers: Mapping[str, ReceiverSettings], external_url: str,
+                 runbook_base_url: str | None) -> None:
+        self.receivers = receivers
+        self.external_url = external_url
+        self.runbook_base_url = runbook_base_url
+        self.lock = threading.Lock()
+        self.queue: list[DirectNote] = []
+        self.offered: set[str] = set()  # transition keys queued or sent from memory, not yet recorded
+        self.delivered_at: dict[tuple[str, str], float] = {}  # (receiver, transition key) -> when sent
+
+    def offer(self, alerts: Sequence[Alert], now: float) -> None:
+        with self.lock:
+            fresh = [a for a in alerts if a.labels.get("layer") == DIRECT_LAYER and a.status == "firing"
+                     and transition_key(a) not in self.offered]
+            if not fresh or not self.receivers:
+                return
+            self.offered.update(transition_key(a) for a in fresh)
+            for settings in self.receivers.values():
+                groups: dict[str, tuple[dict[str, str], list[Alert]]] = {}
+                for alert in fresh:
+                    labels = group_labels(alert.labels, settings.group_by)
+                    groups.setdefault(group_id(settings.name, labels), (labels, []))[1].append(alert)
+                for key, (labels, members) in groups.items():
+                    linked = [link_alert(a, self.runbook_base_url) for a in members]
+                    notification = Notification(settings.name, key, labels, linked, self.external_url)
+                    self.queue.append(DirectNote(notification, tuple(transition_key(a) for a in members), now))
+            if len(self.queue) > MAX_DIRECT:
+                dropped, self.queue = self.queue[:-MAX_DIRECT], self.queue[-MAX_DIRECT:]
+                log.warning("delivery: %d notification(s) of the monitor's own dropped from memory (more than %d)",
+                            len(dropped), MAX_DIRECT)
+
+    def due(self, now: float) -> list[DirectNote]:
+        with self.lock:
+            return [note for note in self.queue if note.next_attempt_at <= now]
+
+    def sent(self, note: DirectNote, at: float) -> None:
+        with self.lock:
+            if note in self.queue:
+                self.queue.remove(note)
+            for key in note.keys:
+                self.delivered_at[(note.notification.receiver, key)] = at
+
+    def retry(self, note: DirectNote, at: float) -> None:
+        with self.lock:
+            note.attempts += 1
+            note.next_attempt_at = at
+
+    def drop(self, note: DirectNote) -> None:
+        with self.lock:
+            if note in self.queue:
+                self.queue.remove(note)
+
+    def delivered(self, alerts: Sequence[Alert]) -> dict[tuple[str, str], float]:
+        """Which of these transitions each receiver already got from memory, and when."""
+        with self.lock:
+            if not self.delivered_at:
+                return {}
+            keys = {transition_key(a) for a in alerts}
+            return {pair: at for pair, at in self.delivered_at.items() if pair[1] in keys}
+
+    def recorded(self, alerts: Sequence[Alert]) -> None:
+        """The store took these transitions: the outbox delivers (or recorded) them from now on, so
+        what is still queued here for them is withdrawn."""
+        with self.lock:
+            if not self.offered:
+                return
+            keys = {transition_key(a) for a in alerts} & self.offered
+            if not keys:
+                return
+            self.offered -= keys
+            self.queue = [note for note in self.queue if not keys.intersection(note.keys)]
+            self.delivered_at = {pair: at for pair, at in self.delivered_at.items() if pair[1] not in keys}
 
 
 def render_delivery(delivery: Delivery) -> Iterator[Metric]:

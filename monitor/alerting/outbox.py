@@ -63,13 +63,16 @@ class Outbox:
 
     # -- writing transitions ----------------------------------------------------------------
 
-    def store(self, alerts: Sequence[Alert], source: str) -> int:
+    def store(self, alerts: Sequence[Alert], source: str,
+              delivered: Mapping[tuple[str, str], float] | None = None) -> int:
         """Persist the transitions not seen before; returns how many were new. Raises if the
         database cannot take them (the Alertmanager receiver then answers 5xx). A replica that
-        stored the same transition at the same moment wins; this one then finds it stored."""
-        return retry_conflicts(lambda: self._store_once(alerts, source))
+        stored the same transition at the same moment wins; this one then finds it stored.
+        `delivered`: (receiver, transition key) -> when it was sent from memory while the store
+        was down (delivery.DirectQueue): recorded as sent, and its group as notified of it."""
+        return retry_conflicts(lambda: self._store_once(alerts, source, delivered or {}))
 
-    def _store_once(self, alerts: Sequence[Alert], source: str) -> int:
+    def _store_once(self, alerts: Sequence[Alert], source: str, delivered: Mapping[tuple[str, str], float]) -> int:
         now = self.wall()
         with Session(self.engine) as session, session.begin():
             keys = [transition_key(alert) for alert in alerts]
@@ -88,13 +91,16 @@ class Outbox:
             book.transitions.update({row.id: row for _, row in fresh})
             for alert, row in fresh:
                 for settings in self.receivers.values():
-                    self._join(session, book, settings, alert, row.id, now, source)
+                    group = self._join(session, book, settings, alert, row.id, now, source)
+                    sent_at = delivered.get((settings.name, row.dedup_key))
+                    if group is not None and sent_at is not None:
+                        _record_direct(session, group, alert, row, sent_at, settings)
         return len(fresh)
 
     def _join(
         self, session: Session, book: _GroupBook, settings: ReceiverSettings, alert: Alert, tid: int, now: float,
         source: str,
-    ) -> None:
+    ) -> OutboxGroup | None:
         labels = group_labels(alert.labels, settings.group_by)
         key = group_id(settings.name, labels)
         member = book.members.get((settings.name, key, alert.fingerprint))
@@ -106,7 +112,7 @@ class Outbox:
         else:
             current = book.transitions.get(member.transition_id) or session.get(AlertTransition, member.transition_id)
             if current is not None and not supersedes(alert, _alert(current)):
-                return  # a late, older state of an alert the group already holds
+                return None  # a late, older state of an alert the group already holds
             member.transition_id = tid
         group = book.groups.get((settings.name, key))
         # Alertmanager already waited its group_wait / group_interval before posting: no second wait.
@@ -119,6 +125,7 @@ class Outbox:
             book.groups[(settings.name, key)] = group
         elif from_alertmanager:
             group.next_flush_at = min(group.next_flush_at, now)
+        return group
 
     # -- grouping ---------------------------------------------------------------------------
 
@@ -420,6 +427,23 @@ def _last(group: OutboxGroup) -> LastNotification | None:
         return None
     firing, resolved = json.loads(group.notified_firing), json.loads(group.notified_resolved)
     return LastNotification(frozenset(firing), frozenset(resolved), group.last_sent_at)
+
+
+def _record_direct(session: Session, group: OutboxGroup, alert: Alert, row: AlertTransition, sent_at: float,
+                   settings: ReceiverSettings) -> None:
+    """A firing transition the receiver got from memory: a sent notification in the history, and
+    a group that counts it as notified (its next flush sends nothing new; its resolution is sent)."""
+    session.add(OutboxNotification(
+        receiver=settings.name, group_key=group.group_key, group_labels=group.group_labels,
+        transition_ids=_dump([row.id]), truncated_alerts=0, state="sent", attempts=1, created_at=row.created_at,
+        next_attempt_at=sent_at, deadline=sent_at + settings.retry_deadline.seconds, finished_at=sent_at,
+    ))
+    notified = set(json.loads(group.notified_firing or "[]")) if group.last_sent_at is not None else set()
+    group.notified_firing = _dump(sorted(notified | {alert.fingerprint}))
+    if group.last_sent_at is None:
+        group.notified_resolved = _dump([])
+    group.last_sent_at = max(group.last_sent_at or 0.0, sent_at)
+    group.next_flush_at = max(group.next_flush_at, sent_at + settings.group_interval.seconds)
 
 
 def _delete_group(session: Session, group: OutboxGroup, members: list[OutboxMember]) -> None:

@@ -5,7 +5,8 @@ a 5,000-alert transaction. `StoreWorker.call` runs one on the single store threa
 one at a time, as the code was written for) and awaits it; `submit` queues one without
 waiting (history records). The worker also makes the store's health: a failed call marks the
 `store` collector failed at once, and `probe` (a job) checks the database answers and, for a
-SQLite file, that the file is still there (a deleted file keeps taking writes, into nothing).
+SQLite file, that the file is still there: a deleted file keeps taking writes, into nothing,
+then refuses them, so the probe creates it anew (#48 item 2) and counts that.
 
 An in-memory database (tests) is one connection that threads cannot share safely: there the
 calls run inline, on the caller's thread, as before.
@@ -17,13 +18,15 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from prometheus_client.core import Metric
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
+from monitor.catalog import family
 from monitor.health import HealthBook
 
 log = logging.getLogger("monitor.store")
@@ -48,6 +51,7 @@ class StoreWorker:
         database = engine.url.database if sqlite else None
         self.inline = sqlite and database in (None, "", ":memory:")
         self.sqlite_file = os.path.abspath(database) if sqlite and database and not self.inline else None
+        self.recreated = 0  # times the SQLite file was found deleted and created again
 
     async def call(self, fn: Callable[..., T], *args: Any, stuck_after: float | None = None) -> T:
         """`fn(*args)` on the store thread; its exception is raised here (and marks the store failed).
@@ -116,11 +120,27 @@ class StoreWorker:
 
     def _check(self) -> None:
         if self.sqlite_file is not None and not os.path.exists(self.sqlite_file):
-            raise self._gone()
+            self._recreate()
         with self.engine.connect() as connection:
             connection.execute(text("SELECT 1"))
         if self.last_error is not None:
             raise StoreUnavailable(f"the last write failed: {self.last_error}")
+
+    def _recreate(self) -> None:
+        """The SQLite file was deleted under the monitor: its connections write into the unlinked
+        file (then fail read-only) until they are closed. Close them and create the file anew, at
+        schema head, so writes land again; what the old file held is lost, and that is said."""
+        from monitor.store.migrate import upgrade
+
+        self.engine.dispose()
+        try:
+            upgrade(self.engine)
+        except Exception as exc:  # its directory is gone or read-only: failing, said, tried again next probe
+            raise StoreUnavailable(f"{self._gone()}; it cannot be created again: {_reason(exc)}") from None
+        self.recreated += 1
+        self.last_error = None
+        log.error("store: the database file %s was deleted; created a new one (schema at head). The history, "
+                  "alert states and undelivered notifications it held are lost", self.sqlite_file)
 
     def _gone(self) -> StoreUnavailable:
         return StoreUnavailable(f"the database file {os.path.basename(self.sqlite_file or '')} is gone")
@@ -129,6 +149,12 @@ class StoreWorker:
         """Finish what is queued (the history records), then stop the thread."""
         self.closed = True
         self.pool.shutdown(wait=True, cancel_futures=False)
+
+
+def render_store(worker: StoreWorker) -> Iterator[Metric]:
+    recreated = family("inference_monitor_store_recreations_total")
+    recreated.add_sample(recreated.name + "_total", {}, float(worker.recreated))
+    yield recreated
 
 
 def _reason(exc: Exception) -> str:

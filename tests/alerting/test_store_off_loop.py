@@ -1,6 +1,6 @@
 """The store never holds the event loop (#18 item 4): a 5,000-alert payload, a database another
-process keeps locked, a deleted SQLite file — /healthz keeps answering, scrapes keep landing,
-and the `store` collector (with its StoreFailing alert) says what is wrong."""
+process keeps locked — /healthz keeps answering, scrapes keep landing, and the `store` collector
+(with its StoreFailing alert) says what is wrong. A deleted SQLite file: tests/alerting/test_store_lost.py."""
 
 from __future__ import annotations
 
@@ -140,12 +140,3 @@ def test_another_process_holding_the_sqlite_lock(tmp_path: Path) -> None:
         wait_for(lambda: store_success(url) == 1.0)
         wait_for(lambda: len(im.accepted("webhook")) >= 1)
 
-
-def test_a_deleted_database_file_fails_the_store_collector(tmp_path: Path) -> None:
-    with ImServer() as im, served(tmp_path, im) as (url, _):
-        wait_for(lambda: store_success(url) == 1.0)
-        (tmp_path / "monitor.db").unlink()
-        wait_for(lambda: store_success(url) == 0.0)
-        status = httpx.get(f"{url}/api/v1/status").json()
-        store = next(c for c in status["collectors"] if c["collector"] == "store")
-        assert store["error"] == "the database file monitor.db is gone"
