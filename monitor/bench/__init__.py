@@ -3,6 +3,7 @@
     data.py        prompt files (ShareGPT JSON, JSONL) -> prompts sampled to a scenario's lengths
     scenario.py    chat | batch | mixed | a scenario file: target lengths, load levels, goodput
     load.py        the load itself: warm-up, closed-loop concurrency or Poisson rate, per request
+    bounded.py     what one request may keep: its answer capped in bytes as it arrives
     sampling.py    GPU (NVML / dcgm-exporter / replay) and engine pages during a measured window
     conditions.py  the six variables and the rest of what a result is only valid under
     stats.py       samples -> percentiles, throughput, goodput; repeats -> mean ± spread

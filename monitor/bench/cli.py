@@ -51,7 +51,12 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
         gpu_price: Annotated[float | None, typer.Option(help="USD per GPU-hour (else the price book's)")] = None,
         api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key")] = None,
         ignore_eos: Annotated[bool, typer.Option(help="Ask the engine (vLLM) to generate max_tokens exactly")] = False,
-        timeout: Annotated[str, typer.Option(help="Per-request limit")] = "10m",
+        timeout: Annotated[str, typer.Option(help="One request's whole deadline, connect to last token")] = "10m",
+        max_response: Annotated[str | None, typer.Option(
+            help="Largest answer kept per request, e.g. 16MiB; past it the request fails as too_large "
+                 "(default: 4 MiB or 2 KiB per max_tokens, whichever is more)")] = None,
+        probe_timeout: Annotated[str, typer.Option(
+            help="Deadline of each conditions probe and page read (/version, /v1/models, /metrics)")] = "5s",
         config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML configuration (prices)")] = None,
     ) -> None:
         """Load the endpoint at each level, measure, record the conditions, write one JSON result."""
@@ -62,7 +67,9 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
             target=target, model=model, scenario=_scenario(scenario), dataset=_dataset(dataset, synthetic, scenario),
             levels=_levels(concurrency, rate, scenario), duration_s=_seconds("--duration", duration), repeats=repeats,
             warmup=warmup, seed=seed, goodput=_goodput(goodput_ttft, goodput_tpot),
-            timeout_s=_seconds("--timeout", timeout), api_key=os.environ.get(api_key_env) if api_key_env else None,
+            timeout_s=_seconds("--timeout", timeout), max_response_bytes=_size("--max-response", max_response),
+            probe_timeout_s=_seconds("--probe-timeout", probe_timeout),
+            api_key=os.environ.get(api_key_env) if api_key_env else None,
             extra_body={"ignore_eos": True} if ignore_eos else {}, precision=precision, note=note,
             gpu_price_usd_per_hour=gpu_price,
         )
@@ -144,7 +151,7 @@ def _run(bench: Any, settings: Settings, gpu: str, dcgm_url: str | None, replay:
         async with httpx.AsyncClient(timeout=10.0) as http:
             source: GpuSource | None = None
             if dcgm_url is not None:
-                source = DcgmSource(dcgm_url, http)
+                source = DcgmSource(dcgm_url, http, timeout_s=bench.probe_timeout_s, max_bytes=bench.probe_max_bytes)
             elif replay is not None or gpu == "auto":
                 source = local_source(str(replay) if replay else None)
             with _progress() as progress:
@@ -220,6 +227,15 @@ def _levels(concurrency: str | None, rate: str | None, scenario: str) -> Any:
 def _seconds(option: str, text: str) -> float:
     try:
         return Duration(text).seconds
+    except ValueError as exc:
+        raise _fail(f"{option}: {exc}") from None
+
+
+def _size(option: str, text: str | None) -> int | None:
+    from monitor.bench.bounded import parse_size
+
+    try:
+        return parse_size(text) if text is not None else None
     except ValueError as exc:
         raise _fail(f"{option}: {exc}") from None
 

@@ -7,12 +7,17 @@
                              the configuration the page shows (vLLM's *_config_info gauges)
     precision / options      what the user states: --precision, --note
 
-A variable nobody could observe is `None` ("not observed"), never guessed. `comparable()` names
-the variables two results differ in.
+A variable nobody could observe is `None` ("not observed"), never guessed; a probe that failed
+says why in `server.errors` (`{"version": "timed out after 5s"}`). Each probe has one deadline for
+the whole exchange and a byte cap (`monitor.scrape.fetch_page`), so a server that drips or floods
+costs the run that much and no more. What a result keeps from the server is bounded too: at most
+MODELS_KEPT model ids (and how many there were), every text cut to TEXT_CHARS. `comparable()`
+names the variables two results differ in.
 """
 
 from __future__ import annotations
 
+import json
 import platform
 import sys
 from typing import Any
@@ -21,32 +26,53 @@ import httpx
 
 import monitor
 from monitor.promtext import Parser, labels_dict
+from monitor.scrape import ScrapeError, fetch_page
 
 CONFIG_INFO = ("vllm:cache_config_info", "vllm:model_config_info", "vllm:parallel_config_info")
+PROBE_TIMEOUT_S = 5.0  # one probe, connect to last byte: GET /version, /v1/models, the engine page
+PROBE_MAX_BYTES = 10_000_000  # one probe's body (the monitor's own default for an engine page)
+MODELS_KEPT = 20  # model ids a result records; `models_count` says how many the server listed
+CONFIG_LABELS_KEPT = 64  # labels kept of one vLLM *_config_info gauge
+TEXT_CHARS = 200  # any text a result records from the server (a model id, a version, a label value)
 
 
 async def server_conditions(http: httpx.AsyncClient, base: str, page_text: str | None,
-                            engine: str | None, generation: str | None) -> dict[str, Any]:
+                            engine: str | None, generation: str | None, *, timeout_s: float = PROBE_TIMEOUT_S,
+                            max_bytes: int = PROBE_MAX_BYTES, page_error: str | None = None) -> dict[str, Any]:
     """What the server says about itself: version, models, and the configuration on its page."""
-    version = await _json(http, f"{base}/version")
-    models = await _json(http, f"{base}/v1/models")
-    cards = models.get("data") if isinstance(models, dict) else None
+    errors: dict[str, str] = {"metrics": page_error} if page_error else {}
+    version = await _json(http, f"{base}/version", timeout_s, max_bytes, "version", errors)
+    models = await _json(http, f"{base}/v1/models", timeout_s, max_bytes, "models", errors)
+    raw_cards = models.get("data") if isinstance(models, dict) else None
+    cards = [c for c in raw_cards if isinstance(c, dict)] if isinstance(raw_cards, list) else None
+    max_model_len = cards[0].get("max_model_len") if cards else None
     return {
         "engine": engine,
         "generation": generation,
-        "version": version.get("version") if isinstance(version, dict) else None,
-        "models": [c.get("id") for c in cards if isinstance(c, dict)] if isinstance(cards, list) else [],
-        "max_model_len": next((c.get("max_model_len") for c in cards or [] if isinstance(c, dict)), None),
+        "version": cut(version.get("version")) if isinstance(version, dict) else None,
+        "models": [cut(c.get("id")) for c in cards[:MODELS_KEPT]] if cards else [],
+        "models_count": len(cards) if cards is not None else None,
+        "max_model_len": max_model_len if isinstance(max_model_len, int) else None,
         "config": page_config(page_text) if page_text else {},
+        "errors": errors,
     }
 
 
-async def _json(http: httpx.AsyncClient, url: str) -> Any:
+async def _json(http: httpx.AsyncClient, url: str, timeout_s: float, max_bytes: int, name: str,
+                errors: dict[str, str]) -> Any:
+    """The JSON at `url`, or None with the reason in errors[name]."""
     try:
-        response = await http.get(url)
-        return response.json() if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
-        return None
+        return json.loads((await fetch_page(http, url, timeout_s, max_bytes)).text)
+    except ScrapeError as exc:
+        errors[name] = str(exc)
+    except ValueError:
+        errors[name] = "not JSON"
+    return None
+
+
+def cut(value: Any) -> str | None:
+    """A value from the server as short text: None stays None (not observed)."""
+    return None if value is None else str(value)[:TEXT_CHARS]
 
 
 def page_config(text: str) -> dict[str, dict[str, str]]:
@@ -58,7 +84,8 @@ def page_config(text: str) -> dict[str, dict[str, str]]:
         if series:
             labels = labels_dict(next(iter(series)))
             labels.pop("engine", None)
-            config[name.split(":", 1)[1]] = labels
+            config[name.split(":", 1)[1]] = {k[:TEXT_CHARS]: v[:TEXT_CHARS]
+                                             for k, v in list(labels.items())[:CONFIG_LABELS_KEPT]}
     return config
 
 

@@ -7,6 +7,10 @@ each measured window the next, so two runs with the same seed send the same prom
 
 A window sends new requests for `duration_s`, then waits for those in flight (each bounded by
 the request timeout); its wall time runs from the first send to the last answer.
+
+Each request is bounded in time and bytes: `timeout_s` is its whole deadline (connect to last
+token, not per read), and its answer is capped (`bounded.py`): past the cap it is ended and
+counted as `too_large`, with the reason.
 """
 
 from __future__ import annotations
@@ -16,16 +20,19 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
+import httpx
 import openai
 
+from monitor.bench.bounded import BoundedTransport, Caps, counting, response_limit
 from monitor.bench.data import Request
 from monitor.bench.stats import Sample
 from monitor.canary.outcome import judge
 from monitor.canary.probe import observe_stream
 
 BENCH_HEADER = "X-Infermon-Bench"  # marks the load so operators can leave it out of usage reports
+TOO_LARGE = "too_large"  # the bench's own outcome, beside the canary's: an answer ended at its cap
 
 # phase ("warmup" | "measure"), level label, share of the phase done (0..1), requests finished so far
 Progress = Callable[[str, str, float, int], None]
@@ -60,12 +67,13 @@ class LoadRunner:
     def __init__(
         self, client: openai.AsyncOpenAI, model: str, requests: Sequence[Request], *, timeout_s: float = 600.0,
         extra_body: dict[str, Any] | None = None, seed: int = 0, progress: Progress | None = None,
-        clock: Callable[[], float] = time.perf_counter,
+        clock: Callable[[], float] = time.perf_counter, max_response_bytes: int | None = None,
     ) -> None:  # fmt: skip
         if not requests:
             raise ValueError("no requests to send")
         self.client, self.model, self.requests = client, model, requests
         self.timeout_s, self.extra_body, self.clock = timeout_s, extra_body or {}, clock
+        self.max_response_bytes = max_response_bytes  # None: by each request's max_tokens
         self.progress = progress or (lambda phase, label, done, finished: None)
         self._rng = random.Random(seed)
         self._next = 0
@@ -145,12 +153,16 @@ class LoadRunner:
         if self.extra_body:
             body["extra_body"] = self.extra_body
         sent = self.clock() - window_start
-        seen = await observe_stream(self.client, body, self.timeout_s, self.clock, _drop_text)
+        with counting(response_limit(request.max_tokens, self.max_response_bytes)) as kept:
+            seen = await observe_stream(self.client, body, self.timeout_s, self.clock, _drop_text)
         result = judge(seen)
-        return Sample(sent_s=sent, ok=result.ok, outcome=result.outcome, ttft_s=result.ttft_seconds,
+        outcome: str = result.outcome
+        detail = "" if result.ok else result.detail
+        if kept.too_large is not None:  # the SDK saw only an error it could not read: say which
+            outcome, detail = TOO_LARGE, kept.too_large
+        return Sample(sent_s=sent, ok=outcome == "ok", outcome=outcome, ttft_s=result.ttft_seconds,
                       tpot_s=result.tpot_seconds, e2e_s=result.e2e_seconds, output_tokens=result.output_tokens,
-                      prompt_tokens=seen.usage_prompt_tokens if result.ok else None,
-                      detail="" if result.ok else result.detail)
+                      prompt_tokens=seen.usage_prompt_tokens if result.ok else None, detail=detail)
 
 
 def _drop_text(text: str) -> str:
@@ -158,6 +170,15 @@ def _drop_text(text: str) -> str:
     return text[:200]
 
 
-def make_client(base_url: str, api_key: str | None, timeout_s: float) -> openai.AsyncOpenAI:
+# The SDK's own pool size (openai's DEFAULT_CONNECTION_LIMITS), kept with a transport of ours.
+_POOL = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+
+
+def make_client(base_url: str, api_key: str | None, timeout_s: float, caps: Caps | None = None) -> openai.AsyncOpenAI:
+    """The SDK on an httpx client whose transport caps every answer (`bounded.py`). The openai
+    SDK takes an `httpx.AsyncClient` from 1.x on (3.x, on httpx2, still accepts one)."""
+    http = httpx.AsyncClient(transport=BoundedTransport(httpx.AsyncHTTPTransport(limits=_POOL), caps or Caps()),
+                             timeout=timeout_s, follow_redirects=True)
+    # cast: 3.x types the argument as an httpx2 client, and takes an httpx one as well
     return openai.AsyncOpenAI(api_key=api_key or "EMPTY", base_url=base_url, max_retries=0, timeout=timeout_s,
-                              default_headers={BENCH_HEADER: "1"})
+                              default_headers={BENCH_HEADER: "1"}, http_client=cast(Any, http))

@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 
 from monitor.bench import SCHEMA_VERSION
-from monitor.bench.conditions import server_conditions, tool_conditions
+from monitor.bench.bounded import ERROR_BYTES, EVENT_BYTES, RESPONSE_FLOOR_BYTES, Caps
+from monitor.bench.conditions import PROBE_MAX_BYTES, PROBE_TIMEOUT_S, server_conditions, tool_conditions
 from monitor.bench.data import Dataset, draw_requests, length_stats
 from monitor.bench.load import Level, LoadRunner, Progress, make_client
 from monitor.bench.sampling import EnginePage, GpuSampler, GpuSource, open_source
@@ -41,7 +42,12 @@ class BenchConfig:
     warmup: int = 100
     seed: int = 0
     goodput: Goodput = field(default_factory=Goodput)
-    timeout_s: float = 600.0
+    timeout_s: float = 600.0  # one request's whole deadline, connect to last token
+    max_response_bytes: int | None = None  # one answer's cap; None: bounded.response_limit of its max_tokens
+    max_event_bytes: int = EVENT_BYTES  # one SSE event's
+    max_error_bytes: int = ERROR_BYTES  # what is read of an error answer's body
+    probe_timeout_s: float = PROBE_TIMEOUT_S  # each conditions probe and engine/dcgm page, whole exchange
+    probe_max_bytes: int = PROBE_MAX_BYTES
     api_key: str | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
     precision: str | None = None
@@ -58,17 +64,21 @@ async def run_bench(config: BenchConfig, gpus: GpuSource | None, prices: PriceBo
                     progress: Progress | None = None) -> dict[str, Any]:
     per_level = max(1, round(config.duration_s * 50))  # enough requests drawn not to cycle soon
     requests = draw_requests(config.dataset, config.scenario, config.warmup + per_level, config.seed)
-    client = make_client(f"{config.base}/v1", config.api_key, config.timeout_s)
+    caps = Caps(config.max_response_bytes or RESPONSE_FLOOR_BYTES, config.max_event_bytes, config.max_error_bytes)
+    client = make_client(f"{config.base}/v1", config.api_key, config.timeout_s, caps)
     async with httpx.AsyncClient(timeout=10.0) as http:
         gpus, gpu_conditions = await open_source(gpus)
-        engine = EnginePage(f"{config.base}/metrics", http, config.model)
+        engine = EnginePage(f"{config.base}/metrics", http, config.model, timeout_s=config.probe_timeout_s,
+                            max_bytes=config.probe_max_bytes)
         await engine.scrape()
         spec = engine.spec
         server = await server_conditions(http, config.base, engine.text, spec.engine if spec else None,
-                                         spec.generation if spec else None)
+                                         spec.generation if spec else None, timeout_s=config.probe_timeout_s,
+                                         max_bytes=config.probe_max_bytes, page_error=engine.error)
         quote = _price(prices, gpu_conditions, config.gpu_price_usd_per_hour)
         runner = LoadRunner(client, config.model, requests, timeout_s=config.timeout_s,
-                            extra_body=config.extra_body, seed=config.seed, progress=progress)
+                            extra_body=config.extra_body, seed=config.seed, progress=progress,
+                            max_response_bytes=config.max_response_bytes)
         try:
             warm = await runner.warmup(config.warmup, config.levels[0])
             windows: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(config.levels))}

@@ -5,6 +5,9 @@ GPUs: the infra layer's NVML backend (real NVML, or the recorded H200 trace thro
 end. Energy is the difference of NVML's total-energy counter between the window's first and last
 reading (all GPUs summed); a source without the counter integrates power over time instead.
 
+Every page (dcgm-exporter's, the engine's) is read with one deadline for the whole exchange and
+a byte cap (`monitor.scrape.fetch_page`; the defaults are the conditions probes').
+
 Engine: its /metrics page scraped at the window's start and end; the service layer's derivation
 (`window_rates` + `stats_from_rates`, the PromQL the monitor exports) turns the two scrapes into
 the engine's own TTFT / queue-time quantiles, preemptions and token counts for the same window.
@@ -23,12 +26,14 @@ from typing import Any, Protocol
 
 import httpx
 
+from monitor.bench.conditions import MODELS_KEPT, PROBE_MAX_BYTES, PROBE_TIMEOUT_S, cut
 from monitor.infra.collector import import_pynvml
 from monitor.infra.dcgm import WANTED, page_to_states
 from monitor.infra.nvml import NvmlBackend
 from monitor.infra.reading import GpuIdentity, GpuReading, NotPresent
 from monitor.infra.replay import ReplayNvml, load_trace
 from monitor.promtext import Parser, check_text
+from monitor.scrape import ScrapeError, fetch_page
 from monitor.service.derive import Objectives, Window, stats_from_rates, window_rates
 from monitor.service.engines import EngineSpec, detect
 from monitor.service.extract import Snapshot, extract
@@ -83,14 +88,14 @@ class DcgmSource:
 
     name = "dcgm"
 
-    def __init__(self, url: str, http: httpx.AsyncClient) -> None:
-        self.url, self.http = url, http
+    def __init__(self, url: str, http: httpx.AsyncClient, timeout_s: float = PROBE_TIMEOUT_S,
+                 max_bytes: int = PROBE_MAX_BYTES) -> None:
+        self.url, self.http, self.timeout_s, self.max_bytes = url, http, timeout_s, max_bytes
         self.parser = Parser()
 
     async def _states(self) -> list[Any]:
-        response = await self.http.get(self.url)
-        response.raise_for_status()
-        return page_to_states(self.parser.parse(response.text, WANTED), "dcgm")
+        page = await fetch_page(self.http, self.url, self.timeout_s, self.max_bytes)
+        return page_to_states(self.parser.parse(page.text, WANTED), "dcgm")
 
     async def identify(self) -> dict[str, Any]:
         states = [s for s in await self._states() if s.identity is not None]
@@ -107,8 +112,8 @@ class DcgmSource:
 
 def gpu_conditions(source: str, models: list[str], driver: str | None, cuda: str | None,
                    memory: list[float | None]) -> dict[str, Any]:
-    return {"source": source, "model": models[0] if models else None, "count": len(models),
-            "models": sorted(set(models)), "driver": driver, "cuda": cuda,
+    return {"source": source, "model": cut(models[0]) if models else None, "count": len(models),
+            "models": [cut(m) for m in sorted(set(models))[:MODELS_KEPT]], "driver": cut(driver), "cuda": cuda,
             "memory_total_bytes": memory[0] if memory else None}
 
 
@@ -130,6 +135,8 @@ async def open_source(source: GpuSource | None) -> tuple[GpuSource | None, dict[
         return source, await source.identify()
     except NotPresent as exc:
         return None, {"source": None, "error": str(exc)}
+    except ScrapeError as exc:
+        return None, {"source": source.name, "error": str(exc)}
     except (httpx.HTTPError, OSError) as exc:
         return None, {"source": source.name, "error": f"{type(exc).__name__}: {exc}"}
 
@@ -209,18 +216,21 @@ class GpuSampler:
 class EnginePage:
     """The target's engine page: detection for the conditions, two scrapes per window."""
 
-    def __init__(self, url: str, http: httpx.AsyncClient, model: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, url: str, http: httpx.AsyncClient, model: str, clock: Callable[[], float] = time.time,
+                 timeout_s: float = PROBE_TIMEOUT_S, max_bytes: int = PROBE_MAX_BYTES) -> None:
         self.url, self.http, self.model, self.clock = url, http, model, clock
+        self.timeout_s, self.max_bytes = timeout_s, max_bytes
         self.spec: EngineSpec | None = None
         self.text: str | None = None
         self.error: str | None = None
 
     async def scrape(self) -> Snapshot | None:
         try:
-            response = await self.http.get(self.url)
-            response.raise_for_status()
-            text = response.text
+            text = (await fetch_page(self.http, self.url, self.timeout_s, self.max_bytes)).text
             check_text(text)
+        except ScrapeError as exc:
+            self.error = str(exc)
+            return None
         except (httpx.HTTPError, ValueError) as exc:
             self.error = f"{type(exc).__name__}: {exc}"
             return None
