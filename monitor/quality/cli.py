@@ -72,7 +72,9 @@ def _print_report(report: RunReport) -> None:
         if o.failed:
             typer.secho(f"{report.date} {o.model}: FAILED: {o.failed}: the run has no score", err=True,
                         fg=typer.colors.RED)
-    typer.echo(f"judge calls: {report.judge_calls}")
+    capped = f" ({report.judge_usage_capped} reported absurd usage: capped in the cost)" \
+        if report.judge_usage_capped else ""
+    typer.echo(f"judge calls: {report.judge_calls}{capped}")
 
 
 def register(app: typer.Typer, settings_loader: object) -> None:

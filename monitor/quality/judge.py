@@ -8,6 +8,13 @@ again), and answers are read by a tolerant parser either way. Every call is boun
 `max_tokens`, so a judge that never closes its JSON stops there instead of at the timeout.
 Retries with exponential backoff on 429 (honouring Retry-After), 5xx, timeouts and broken
 connections; a sample whose judgement still fails is a judge error with its cause, never a score.
+
+Bounded in time and bytes (#48 item 4): `timeout` is the deadline of each attempt as a whole
+(connect, send, every byte of the answer), not of each read, so a sample takes at most
+`max_retries + 1` timeouts plus the backoffs between them; an answer past `answer_cap(max_tokens)`
+is refused unread (`judge_http`); the answer and its usage are read by `completion`, so an
+answer that is no chat completion is one judge error and absurd usage is capped in the cost. The
+API key is replaced by `<secret>` in anything a judge's answer puts in an error or a reason.
 """
 
 from __future__ import annotations
@@ -21,14 +28,24 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
-from typing import Any
+from typing import Any, cast
 
 import openai
 from openai import AsyncOpenAI
 
 from monitor.aio import finish
 from monitor.config import JudgeSettings
+from monitor.quality.completion import (
+    PROMPT_TEMPLATE_TOKENS,
+    UnparseableAnswer,
+    answer_text,
+    completion_json,
+    usage_counts,
+)
+from monitor.quality.judge_http import AnswerRejected, ApiKey, answer_cap, capped_client
 from monitor.store.quality import Verdict
+
+__all__ = ["Judge", "JudgeInput", "UnparseableAnswer", "build_prompt", "parse_answer"]
 
 log = logging.getLogger("monitor.quality.judge")
 
@@ -62,10 +79,6 @@ class JudgeInput:
     reference: str | None = None
 
 
-class UnparseableAnswer(ValueError):
-    pass
-
-
 def build_prompt(item: JudgeInput) -> str:
     grounded = item.context or item.reference
     rule = (
@@ -89,9 +102,13 @@ class Judge:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.settings = settings
-        self.client = AsyncOpenAI(
-            api_key=api_key, base_url=settings.base_url, timeout=settings.timeout.seconds, max_retries=0
-        )
+        self.answer_cap = answer_cap(settings.max_tokens)
+        # httpx's client, where SDK 3.x annotates httpx2's: it takes either (judge_http says why).
+        http_client = cast(Any, capped_client(self.answer_cap, settings.timeout.seconds, settings.concurrency))
+        self.key = ApiKey(api_key)
+        self.client = AsyncOpenAI(api_key=self.key.value, base_url=settings.base_url,
+                                  timeout=settings.timeout.seconds, max_retries=0, http_client=http_client)
+        self.scrub = self.key.scrub  # what a judge's answer puts in an error, a reason or a log line
         self.structured = settings.structured_output
         # Reasoning models (gpt-5, o-series) accept only their default temperature: asked once, then left out.
         self.temperature: float | None = 0.0
@@ -100,6 +117,7 @@ class Judge:
         self.backoff_s = backoff_s
         self.sleep = sleep
         self.calls = 0  # HTTP calls made (a benchmark and the tests read it)
+        self.usage_capped = 0  # answers whose usage was capped or ignored in the cost
 
     async def judge(self, item: JudgeInput) -> Verdict:
         usage = [0, 0]
@@ -111,7 +129,8 @@ class Judge:
             finish: str | None = None
             asked = (self.structured, self.temperature, self.token_limit)  # calls in flight share the judge
             try:
-                content, finish = await self._call(build_prompt(item), usage)
+                async with asyncio.timeout(self.settings.timeout.seconds):  # the whole attempt, not each read
+                    content, finish = await self._call(build_prompt(item), usage)
                 score, refusal, hallucination, reason = parse_answer(content)
                 return self._verdict(score, refusal, hallucination, reason, None, attempts, usage)
             except UnparseableAnswer as exc:
@@ -125,16 +144,25 @@ class Judge:
                 if self._degrade(exc, *asked):
                     attempts -= 1
                     continue
-                last_error = f"HTTP {exc.status_code}: {_message(exc)}"
+                last_error = f"HTTP {exc.status_code}: {self._message(exc)}"
                 if exc.status_code != 429 and exc.status_code < 500:
                     break  # 401, 403, 404: retrying will not help
                 wait = _retry_after(exc) if exc.status_code == 429 else None
-            except openai.APITimeoutError:
+            except AnswerRejected as exc:  # the SDK 3.x lets it through; 1.x wraps it (below)
+                last_error = str(exc)
+                break
+            except (TimeoutError, openai.APITimeoutError):
                 last_error = f"timed out after {self.settings.timeout.seconds:g}s"
                 wait = None
             except openai.APIConnectionError as exc:
+                if isinstance(exc.__cause__, AnswerRejected):
+                    last_error = str(exc.__cause__)
+                    break
                 last_error = f"connection failed: {exc.__cause__ or exc}"
                 wait = None
+            except openai.OpenAIError as exc:  # any other: this sample's error, not the run's end
+                last_error = f"judge call failed: {type(exc).__name__}: {self.scrub(str(exc))[:200]}"
+                break
             if attempts <= self.settings.max_retries:
                 await self.sleep(wait if wait is not None else self._backoff(attempts))
         return self._verdict(None, None, None, None, last_error, attempts, usage)
@@ -147,7 +175,7 @@ class Judge:
         structured request drops response_format: servers word that rejection every way. The
         arguments are what this request was sent with: a concurrent call may have degraded already.
         """
-        status, text = exc.status_code, _message(exc).lower()
+        status, text = exc.status_code, self._message(exc).lower()
         if not 400 <= status < 500 or status in _NOT_ABOUT_THE_REQUEST:
             return False
         if temperature is not None and "temperature" in text:
@@ -161,7 +189,7 @@ class Judge:
         elif structured:
             if self.structured:
                 log.warning("judge %s answered a structured request with HTTP %d (%s); using the fallback parser",
-                            self.settings.model, status, _message(exc)[:120])
+                            self.settings.model, status, self._message(exc)[:120])
             self.structured = False
         else:
             return False
@@ -174,16 +202,25 @@ class Judge:
             extra["temperature"] = self.temperature
         extra[self.token_limit] = self.settings.max_tokens
         self.calls += 1
-        completion = await self.client.chat.completions.create(
+        raw = await self.client.chat.completions.with_raw_response.create(
             model=self.settings.model, messages=[{"role": "user", "content": prompt}], **extra
         )
-        if completion.usage is not None:
-            usage[0] += completion.usage.prompt_tokens
-            usage[1] += completion.usage.completion_tokens
-        if not completion.choices:
-            raise UnparseableAnswer("no choices in the answer")
-        choice = completion.choices[0]
-        return choice.message.content or "", choice.finish_reason
+        content_type = raw.http_response.headers.get("content-type", "")
+        data = completion_json(self.key.scrub_bytes(raw.http_response.content), content_type)
+        prompt_bound = len(prompt.encode()) + PROMPT_TEMPLATE_TOKENS
+        prompt_tokens, completion_tokens, notes = usage_counts(data.get("usage"), prompt_bound,
+                                                               self.settings.max_tokens)
+        usage[0] += prompt_tokens
+        usage[1] += completion_tokens
+        if notes:
+            self._note_usage(notes)
+        return answer_text(data, content_type)
+
+    def _note_usage(self, notes: list[str]) -> None:
+        self.usage_capped += 1
+        if self.usage_capped == 1:  # once per run: a judge that miscounts does it on every answer
+            log.warning("judge %s reported usage beyond what was asked (%s): the cost counts the bounds",
+                        self.settings.model, self.scrub("; ".join(notes)))
 
     def _backoff(self, attempt: int) -> float:
         return float(min(30.0, self.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random() / 2))
@@ -192,7 +229,21 @@ class Judge:
                  error: str | None, attempts: int, usage: list[int]) -> Verdict:
         cost = (usage[0] * self.settings.usd_per_million_input_tokens
                 + usage[1] * self.settings.usd_per_million_output_tokens) / 1e6
+        reason = self.scrub(reason) if reason is not None else None
+        error = self.scrub(error) if error is not None else None
         return Verdict(score, refusal, hallucination, reason, error, attempts, usage[0], usage[1], cost)
+
+    def failed(self, error: str) -> Verdict:
+        """A sample's verdict when judging it failed in a way the judge did not foresee."""
+        return self._verdict(None, None, None, None, error, 0, [0, 0])
+
+    def _message(self, exc: openai.APIStatusError) -> str:
+        """The error's message, scrubbed before it is cut short (a cut could keep a part of the key)."""
+        body = exc.body
+        inner = body.get("error", body) if isinstance(body, dict) else None
+        if isinstance(inner, dict) and inner.get("message"):
+            return self.scrub(str(inner["message"]))[:300]
+        return self.scrub(str(exc.message))[:300]
 
     async def aclose(self) -> None:
         await finish(self.client.close())  # a run cancelled as it ends must still close every connection
@@ -277,12 +328,3 @@ def _retry_after(exc: openai.APIStatusError) -> float | None:
         return min(MAX_RETRY_AFTER_S, max(0.0, float(header))) if header is not None else None
     except ValueError:
         return None  # an HTTP date: use our own backoff
-
-
-def _message(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])[:300]
-    return str(exc.message)[:300]

@@ -66,6 +66,7 @@ class RunReport:
     outcomes: list[ModelOutcome] = field(default_factory=list)
     source_errors: dict[str, str] = field(default_factory=dict)
     judge_calls: int = 0
+    judge_usage_capped: int = 0  # answers whose reported usage was capped or ignored in the cost
 
 
 class QualityRunner:
@@ -90,7 +91,7 @@ class QualityRunner:
                 report.outcomes.append(outcome)
         finally:
             if judge is not None:
-                report.judge_calls = judge.calls
+                report.judge_calls, report.judge_usage_capped = judge.calls, judge.usage_capped
                 await judge.aclose()
             for source in self.sources:  # a runner is built per run: its HTTP clients end with it
                 if isinstance(source, LangfuseSource):
@@ -159,7 +160,11 @@ class QualityRunner:
         async def one(row: QualityJudgment) -> None:
             nonlocal done
             async with limit:
-                verdict = await judge.judge(JudgeInput(row.prompt, row.response, row.context, row.reference))
+                try:
+                    verdict = await judge.judge(JudgeInput(row.prompt, row.response, row.context, row.reference))
+                except Exception as exc:  # a judge answer nobody foresaw: this sample's error, not the run's end
+                    verdict = judge.failed(f"judge failed: {type(exc).__name__}: {judge.scrub(str(exc))[:200]}")
+                    log.warning("quality %s: judging %s failed: %s", model, row.sample_key, verdict.error)
             # Committed at once (that is what makes a killed run resumable), off the loop: an fsync
             # per verdict would otherwise hold back the next judge call. An in-memory store (no
             # fsync) is one connection the loop uses too: written here, on the loop's thread.

@@ -5,22 +5,27 @@ text | 429 | 500 | hang | reject_schema | reject_temperature | bad_model | rejec
 to a structured request that never names response_format) | reject_max_tokens | unfinished
 (JSON cut at max_tokens, finish_reason `length`) | junk (schema-valid: score 1, no reason) |
 same (one fixed verdict with a reason, whatever the response).
+Hostile answers (#48 item 4): drip (a byte every `drip_s`, never ending) | huge (a good answer
+padded to `huge_bytes`, chunked) | huge_length (the same with a Content-Length) | gzip_bomb (the
+same gzipped, whatever was asked) | text_plain | html | not_json | wrong_shape | echo_auth (the
+request's Authorization header, in text). `usage` replaces the usage of every answer.
 Good answers come from the judge simulator's scoring.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from monitor.sim.judge import _RESPONSE, simulated_verdict
 from tests.appserver import serve_asgi
@@ -33,7 +38,13 @@ class JudgeScript:
         self.hang_s = hang_s
         self.delay_s = delay_s
         self.bodies: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
         self.lock = threading.Lock()
+        self.drip_s = 0.05
+        self.huge_bytes = 48 * 2**20
+        self.echo_padding = ""  # before the echoed header: puts the key across an excerpt's end
+        self.usage: dict[str, Any] = {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050}
+        self.stop = threading.Event()  # set as the server stops: endless answers end
 
     @property
     def calls(self) -> int:
@@ -52,6 +63,7 @@ def judge_app(script: JudgeScript) -> FastAPI:
     async def chat(request: Request) -> Response:
         body = await request.json()
         behaviour = script.next(body)
+        script.headers.append(dict(request.headers))
         if script.delay_s:
             await asyncio.sleep(script.delay_s)
         if behaviour == "429":
@@ -86,17 +98,60 @@ def judge_app(script: JudgeScript) -> FastAPI:
             "same": json.dumps({"score": 3, "refusal": False, "hallucination": False, "reason": "Adequate."}),
         }.get(behaviour, json.dumps(verdict))
         finish = "length" if behaviour == "unfinished" else "stop"
-        return JSONResponse({
+        completion = {
             "id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()), "model": body["model"],
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050},
-        })
+            "usage": script.usage,
+        }
+        return hostile(script, behaviour, request, completion) or JSONResponse(completion)
 
     return app
+
+
+def hostile(script: JudgeScript, behaviour: str, request: Request, completion: dict[str, Any]) -> Response | None:
+    """A 200 that no judge client should read whole, or that is not a chat completion."""
+    answers: dict[str, Callable[[], Response]] = {
+        "text_plain": lambda: PlainTextResponse("OK"),
+        "html": lambda: HTMLResponse("<html><body><h1>Welcome to nginx!</h1></body></html>"),
+        "not_json": lambda: Response("upstream said OK", media_type="application/json"),
+        "wrong_shape": lambda: JSONResponse({"choices": "none", "usage": script.usage}),
+        "echo_auth": lambda: PlainTextResponse(
+            f"{script.echo_padding}you sent authorization: {request.headers.get('authorization')}"),
+        "drip": lambda: StreamingResponse(_drip(script), media_type="application/json"),
+        "huge": lambda: StreamingResponse(_chunks(script, _padded(script, completion)), media_type="application/json"),
+        "huge_length": lambda: Response(_padded(script, completion), media_type="application/json"),
+        "gzip_bomb": lambda: Response(gzip.compress(_padded(script, completion), 6), media_type="application/json",
+                                      headers={"Content-Encoding": "gzip"}),
+    }
+    answer = answers.get(behaviour)
+    return answer() if answer else None
+
+
+def _padded(script: JudgeScript, completion: dict[str, Any]) -> bytes:
+    """Valid JSON and a good answer, after `huge_bytes` of whitespace."""
+    return b'{"padding": "x"' + b" " * script.huge_bytes + b", " + json.dumps(completion).encode()[1:]
+
+
+async def _drip(script: JudgeScript) -> AsyncIterator[bytes]:
+    yield b'{"id": "chatcmpl-drip", '
+    while not script.stop.is_set():  # JSON whitespace: each byte keeps a per-read timeout waiting
+        await asyncio.sleep(script.drip_s)
+        yield b" "
+
+
+async def _chunks(script: JudgeScript, body: bytes, size: int = 2**16) -> AsyncIterator[bytes]:
+    for start in range(0, len(body), size):
+        if script.stop.is_set():
+            return
+        yield body[start:start + size]
+        await asyncio.sleep(0)
 
 
 @contextmanager
 def judge_server(script: JudgeScript) -> Iterator[str]:
     """Yields the base URL for the SDK (`http://127.0.0.1:PORT/v1`)."""
     with serve_asgi(judge_app(script)) as url:
-        yield f"{url}/v1"
+        try:
+            yield f"{url}/v1"
+        finally:
+            script.stop.set()
