@@ -31,6 +31,7 @@ CATALOG: dict[str, MetricDef] = {
     for d in [
         # service: per {target, model, window}, and fleet-wide per {model, window} (no target)
         MetricDef("inference_target_up", "gauge", ("target",), "1 if the last scrape of the engine target succeeded.", "service"),
+        MetricDef("inference_target_refused", "gauge", ("target",), "1 while the target's page is over one of its budgets (service.max_series_per_target, max_models_per_target, max_ingest_time): it is refused and reads down, and the other targets go on; /api/v1/status says which budget.", "service"),
         MetricDef("inference_target_stale", "gauge", ("target",), "1 if the monitor has not scraped the target for over two intervals because it fell behind (its scrapes ran late or were skipped): its numbers are withheld; the engine itself may be fine.", "service"),
         MetricDef("inference_target_engine_recognized", "gauge", ("target",), "1 if the target's page (scraped fine) matches an engine table; 0: it answers but its families are no known engine's (see /api/v1/status).", "service"),
         MetricDef("inference_target_info", "gauge", ("target", "engine", "generation"), "Engine detected on the target's page.", "service"),

@@ -198,6 +198,13 @@ class ServiceSettings(_Section):
     baseline_min_coverage: float = Field(
         0.9, gt=0, le=1, description="Share of a baseline window that must hold samples before it counts")
     max_page_bytes: int = Field(10_000_000, gt=0, description="Larger pages fail the scrape")
+    max_series_per_target: int = Field(
+        200_000, ge=100, description="A page with more samples is refused unparsed (a 10-model vLLM page has ~4,000)")
+    max_models_per_target: int = Field(
+        1_000, ge=1, description="A page naming more models is refused before its numbers are derived")
+    max_ingest_time: Duration = Field(
+        Duration("10s"), description="A page that takes longer to parse and derive refuses its target for 10 "
+        "scrapes (in a parse worker: the worker is replaced)")
     targets: list[ServiceTarget] = Field(default_factory=list)
     file_sd: list[str] = Field(
         default_factory=list, description="Prometheus file_sd files (JSON/YAML, globs allowed), followed live"

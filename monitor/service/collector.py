@@ -39,6 +39,15 @@ from monitor.health import HealthBook
 from monitor.promtext import PageError, Parser, check_text
 from monitor.redaction import redact_urls, safe_url
 from monitor.scrape import ScrapeError, TargetConnection, fetch_page, fetch_target_page, target_connection
+from monitor.service.budget import (
+    REFUSE_INTERVALS,
+    TargetRefused,
+    WorkerStuck,
+    check_models,
+    check_series,
+    slow_reason,
+    stuck_reason,
+)
 from monitor.service.derive import (
     BASELINE_COUNTERS,
     LENGTH_HISTOGRAMS,
@@ -53,7 +62,7 @@ from monitor.service.derive import (
 )
 from monitor.service.discovery import DiscoveryError, FileDiscovery
 from monitor.service.engines import EngineSpec, detect, find_engine, is_router, router_sample
-from monitor.service.extract import ExtractMemo, LoraState, Snapshot, extract
+from monitor.service.extract import SPLIT_VALUES, ExtractMemo, LoraState, Snapshot, extract
 from monitor.service.recognize import unrecognized_reason
 from monitor.service.series import SeriesStore
 from monitor.service.shard import owned
@@ -114,6 +123,9 @@ class TargetState:
     models: frozenset[str] = frozenset()  # the models of the last snapshot
     epoch: int = field(default_factory=lambda: next(_EPOCHS))  # this state, among the target's states
     sent_to: int = -1  # the parse worker (`service.parse_workers`) generation its baseline points went to
+    refused: bool = False  # its last page was over one of its budgets (monitor/service/budget.py)
+    refused_until: float | None = None  # monotonic time before which it is not scraped (a slow page)
+    ingest_seconds: float = 0.0  # the last page's parse and derivation (where it ran)
 
 
 @dataclass
@@ -127,6 +139,7 @@ class TargetView:
     waiting: bool = False  # no scrape has finished yet: neither up nor down
     recognized: bool = True  # False: the page answered but matches no engine table
     detail: str | None = None  # why it is down or unrecognised
+    refused: bool = False  # down because its page was over one of its budgets (budget.py)
     gauges: dict[str, dict[str, float]] = field(default_factory=dict)  # metric -> model -> value
     labelled: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # ... -> rank/reason -> value
     lora: LoraState | None = None
@@ -147,6 +160,7 @@ def target_view(name: str, state: TargetState, up: bool, stale: bool) -> TargetV
         waiting=not up and state.error is None,
         recognized=state.unrecognized is None,
         detail=state.error,
+        refused=state.refused,
     )
 
 
@@ -319,24 +333,33 @@ class ServiceCollector:
             started = self.wall()
             state.last_scrape = started
             try:
+                if state.refused_until is not None and time.monotonic() < state.refused_until:
+                    raise TargetRefused(state.error or "refused")  # sitting out its slow page: not fetched
+                state.refused_until = None
                 timeout, limit = self.settings.scrape_timeout.seconds, self.settings.max_page_bytes
                 if state.pool is not None:
                     fetched = await fetch_target_page(state.pool, state.target.url, timeout, limit)
                 else:
                     fetched = await fetch_page(self.client, state.target.url, timeout, limit)
+                ingest_started = time.monotonic()
                 if cpu is None:
                     self._ingest(state, fetched.text, fetched.openmetrics, started)
+                    state.ingest_seconds = time.monotonic() - ingest_started
                 elif self.workers is not None:
                     await self._ingest_elsewhere(self.workers, state, fetched.text, fetched.openmetrics, started)
                 else:
-                    queued = time.monotonic()
                     await asyncio.get_running_loop().run_in_executor(
-                        cpu, self._ingest_and_derive, state, fetched.text, fetched.openmetrics, started, queued)
+                        cpu, self._ingest_and_derive, state, fetched.text, fetched.openmetrics, started,
+                        ingest_started)
                 state.page_bytes = fetched.size
+                self._within_time(state, state.ingest_seconds)
                 if state.duplicates:
                     log.warning("target %s: %d duplicate series on the page (first one kept)", name, state.duplicates)
             except (ScrapeError, PageError) as exc:
                 state.up, state.error, state.unrecognized = False, str(exc), None
+                if isinstance(exc, TargetRefused) and not state.refused:
+                    log.warning("target %s %s", name, exc)  # the other targets and jobs go on
+                state.refused = isinstance(exc, TargetRefused)
                 raise
             except MonitorFault:
                 raise  # no verdict on the target: its page was fetched, the monitor could not read it
@@ -350,6 +373,17 @@ class ServiceCollector:
                 log.info("target %s is up (%s %s)", name, state.engine.engine if state.engine else "?",
                          state.engine.generation if state.engine else "?")
             state.up, state.error, state.last_ok = True, state.unrecognized, started
+            state.refused = False
+
+    def _within_time(self, state: TargetState, took: float) -> None:
+        """A page that took longer than `max_ingest_time` to parse and derive: its target sits out
+        REFUSE_INTERVALS scrapes (an engine's page does not turn cheap from one scrape to the next)."""
+        budget = self.settings.max_ingest_time.seconds
+        if took <= budget:
+            return
+        interval = self.settings.scrape_interval.seconds
+        state.refused_until = time.monotonic() + REFUSE_INTERVALS * interval
+        raise TargetRefused(slow_reason(took, budget, interval))
 
     async def _ingest_elsewhere(
         self, workers: ParseWorkers, state: TargetState, text: str, openmetrics: bool, ts: float
@@ -360,8 +394,16 @@ class ServiceCollector:
         reload = None
         if state.sent_to != generation:
             reload = self.stored_points(state.target.name)  # a new state, or a new worker process
+        # A worker busy with one page far past the budget is stuck on it: it is replaced, and the
+        # page's target refused, so that the other targets of that worker are read again.
+        deadline = max(3 * self.settings.max_ingest_time.seconds, self.settings.scrape_timeout.seconds)
         try:
-            done = await workers.ingest(state, reload, text, openmetrics, ts)
+            done = await workers.ingest(state, reload, text, openmetrics, ts, deadline)
+        except WorkerStuck:
+            state.derived = None
+            interval = self.settings.scrape_interval.seconds
+            state.refused_until = time.monotonic() + REFUSE_INTERVALS * interval
+            raise TargetRefused(stuck_reason(deadline, self.settings.max_ingest_time.seconds, interval)) from None
         except (MonitorFault, asyncio.CancelledError):
             state.derived = None  # the points may not have reached the worker: they go with the next page
             raise
@@ -376,14 +418,18 @@ class ServiceCollector:
         self._pending.extend(done.points)
 
     def _ingest_and_derive(self, state: TargetState, text: str, openmetrics: bool, ts: float, queued: float) -> None:
-        state.cpu_wait = time.monotonic() - queued
+        began = time.monotonic()
+        state.cpu_wait = began - queued
         state.derived = None
+        state.ingest_seconds = 0.0
         self._ingest(state, text, openmetrics, ts)
         if state.latest is not None:
             state.derived = self._derive_target(state, ts)
+        state.ingest_seconds = time.monotonic() - began  # the work alone: not the queue, not a worker's start
 
     def _ingest(self, state: TargetState, text: str, openmetrics: bool, ts: float) -> None:
         check_text(text)
+        check_series(text, self.settings.max_series_per_target)  # before any parse: the page's lines alone
         prefix = state.target.metric_prefix
         spec = detect(text, prefix, state.target.engine)
         if spec is None:
@@ -406,6 +452,10 @@ class ServiceCollector:
             state.engine = spec
         default_model = state.target.model or "unknown"
         snap = extract(page, spec, ts, default_model, state.memo)
+        check_models(len(snap.models()), self.settings.max_models_per_target)
+        if snap.split_dropped and (state.latest is None or not state.latest.split_dropped):
+            log.warning("target %s: %d samples past the first %d label values of a split counter (speculative-"
+                        "decoding positions) dropped", state.target.name, snap.split_dropped, SPLIT_VALUES)
         state.duplicates, state.non_finite = page.duplicates, snap.non_finite
         self._remember(state, snap)
 
@@ -517,7 +567,7 @@ class ServiceCollector:
             "name": name,
             "url": safe_url(state.target.url),
             "up": state.up and not stale,
-            "state": target_state(state.up, stale, state.error, state.unrecognized),
+            "state": "refused" if state.refused else target_state(state.up, stale, state.error, state.unrecognized),
             "stale": stale,
             "engine": state.engine.engine if state.engine else None,
             "engine_pinned": state.target.engine,

@@ -49,6 +49,7 @@ class Snapshot:
     http: dict[str, dict[Labels, float]] = field(default_factory=dict)
     lora: LoraState | None = None
     non_finite: int = 0  # samples dropped because they were NaN or ±Inf
+    split_dropped: int = 0  # samples of a split counter past its first SPLIT_VALUES label values
 
     def models(self) -> set[str]:
         found: set[str] = set()
@@ -83,6 +84,9 @@ class ExtractMemo:
             self.owner, self.buckets = (id(spec), default_model), {}
 
 
+SPLIT_VALUES = 64  # label values a split counter keeps (draft positions: vLLM proposes a handful)
+
+
 def extract(page: Page, spec: EngineSpec, ts: float, default_model: str, memo: ExtractMemo | None = None) -> Snapshot:
     snap = Snapshot(ts=ts)
     model_of = _model_reader(spec, default_model)
@@ -97,8 +101,15 @@ def extract(page: Page, spec: EngineSpec, ts: float, default_model: str, memo: E
         if per_model:
             snap.counters[metric] = per_model
     for metric, (selector, label) in spec.counters_by.items():
+        parts: set[str] = set()
         for labels, key, value in _counter_series(page, selector, dropped):
-            split = f"{metric}/{dict(labels).get(label, '')}"
+            part = dict(labels).get(label, "")
+            if part not in parts:
+                if len(parts) >= SPLIT_VALUES:  # 10,000 draft positions were sent: 20,000 series exported
+                    snap.split_dropped += 1
+                    continue
+                parts.add(part)
+            split = f"{metric}/{part}"
             snap.counters.setdefault(split, {}).setdefault(model_of(labels), {})[key] = value
     snap.non_finite += len(dropped)
     for metric, candidates in spec.histograms.items():

@@ -82,6 +82,7 @@ def _render(view: ServiceView, family: Callable[[str], F]) -> Iterator[F]:
     up = family("inference_target_up")
     stale = family("inference_target_stale")
     stale_count = family("inference_monitor_stale_targets")
+    refused = family("inference_target_refused")
     recognized = family("inference_target_engine_recognized")
     info = family("inference_target_info")
     for name, target in view.targets.items():
@@ -91,6 +92,7 @@ def _render(view: ServiceView, family: Callable[[str], F]) -> Iterator[F]:
         # behind on is stale, not down: one alert about the monitor, not one TargetDown per engine.
         up.add_sample("inference_target_up", {"target": name}, 1.0 if target.up or target.stale else 0.0)
         stale.add_sample("inference_target_stale", {"target": name}, 1.0 if target.stale else 0.0)
+        refused.add_sample("inference_target_refused", {"target": name}, 1.0 if target.refused else 0.0)
         if target.up:
             recognized.add_sample("inference_target_engine_recognized", {"target": name},
                                   1.0 if target.recognized else 0.0)
@@ -104,6 +106,7 @@ def _render(view: ServiceView, family: Callable[[str], F]) -> Iterator[F]:
                            float(sum(1 for target in view.targets.values() if target.stale)))
     yield up
     yield stale
+    yield refused
     yield stale_count
     yield recognized
     yield info

@@ -50,6 +50,7 @@ from monitor.config import ServiceSettings, Target
 from monitor.exporter import TextWriter
 from monitor.health import HealthBook
 from monitor.heap import HeapFreezer
+from monitor.service.budget import WorkerStuck
 from monitor.service.collector import (
     Derived,
     MonitorFault,
@@ -81,6 +82,7 @@ class Ingested:
     derived: Derived | None
     cpu_wait: float
     points: list[Point]
+    ingest_seconds: float = 0.0
 
     @classmethod
     def of(cls, state: TargetState, points: list[Point]) -> Ingested:
@@ -90,7 +92,7 @@ class Ingested:
                               non_finite=latest.non_finite)
         engine = None if state.engine is None else (state.engine.engine, state.engine.generation)
         return cls(latest, state.models, engine, state.unrecognized, state.duplicates, state.non_finite,
-                   state.derived, state.cpu_wait, points)
+                   state.derived, state.cpu_wait, points, state.ingest_seconds)
 
     def apply(self, state: TargetState) -> None:
         if self.derived is not None:
@@ -101,7 +103,7 @@ class Ingested:
         state.latest, state.models, state.derived = self.latest, self.models, self.derived
         state.engine = None if self.engine is None else find_engine(*self.engine)
         state.unrecognized, state.duplicates, state.non_finite = self.unrecognized, self.duplicates, self.non_finite
-        state.cpu_wait = self.cpu_wait
+        state.cpu_wait, state.ingest_seconds = self.cpu_wait, self.ingest_seconds
 
 
 _HEADER = struct.Struct("!Q")  # each message: its length, then its pickle
@@ -271,20 +273,36 @@ class ParseWorkers:
         return worker
 
     async def ingest(self, state: TargetState, reload: list[Point] | None, text: str, openmetrics: bool,
-                     ts: float) -> Ingested:
+                     ts: float, deadline: float | None = None) -> Ingested:
         """Parse and derive `text` in the target's process: `ServiceCollector._ingest_and_derive`
-        there, with `reload` (stored baseline points) first when it holds the target afresh."""
+        there, with `reload` (stored baseline points) first when it holds the target afresh. With
+        `deadline`, a process that has not answered by then (the page sent, not the start of a new
+        process) is stuck on it: killed and replaced, and `WorkerStuck` raised."""
         name = state.target.name
         slot = self._slot(name)
         process = await self._process(slot)
         slot.names.add(name)
+        call = process.call("ingest", name, state.epoch, state.target, reload, text, openmetrics, ts, time.monotonic())
         try:
-            result: Ingested = await process.call("ingest", name, state.epoch, state.target, reload, text, openmetrics,
-                                                  ts, time.monotonic())
+            result: Ingested = await (call if deadline is None else asyncio.wait_for(call, deadline))
+        except TimeoutError:
+            self._replace_stuck(slot, process, name, deadline or 0.0)
+            raise WorkerStuck(name) from None
         except MonitorFault:
             self._replace(slot, process)
             raise
         return result
+
+    def _replace_stuck(self, slot: _Slot, process: _Process, name: str, seconds: float) -> None:
+        """The worker did not answer `name`'s page within `seconds`: killed (its other pages in
+        flight fail as the monitor's fault) and replaced before the next page."""
+        if slot.process is not process:
+            return  # replaced already
+        log.error("parse worker %d (pid %d) did not answer target %s's page within %g s: killed and replaced",
+                  slot.index, process.process.pid, name, seconds)
+        with contextlib.suppress(ProcessLookupError):
+            process.process.kill()
+        self._replace(slot, process)
 
     def _replace(self, slot: _Slot, process: _Process) -> None:
         if slot.process is not process:

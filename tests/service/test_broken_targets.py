@@ -249,7 +249,8 @@ def test_broken_target_is_down_and_says_why(run: Run, case: Case) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_broken_target_exports_no_derived_series(run: Run, case: Case) -> None:
-    allowed = ("inference_target_up{", "inference_target_stale{", "inference_target_info{", "inference_monitor_")
+    allowed = ("inference_target_up{", "inference_target_stale{", "inference_target_refused{", "inference_target_info{",
+               "inference_monitor_")
     lines = lines_with_target(run.text, case.name)
     assert [line for line in lines if not line.startswith(allowed)] == []
     assert f'inference_monitor_collector_success{{collector="service",target="{case.name}"}} 0.0' in lines
@@ -369,7 +370,7 @@ def test_an_unexpected_error_marks_the_target_down(
     (row,) = result.status["layers"]["service"]["targets"]
     assert row["up"] is False and row["error"] == "RuntimeError: boom"
     assert [line for line in lines_with_target(result.text, "t")
-            if not line.startswith(("inference_target_up{", "inference_target_stale{", "inference_target_info{",
-                                    "inference_monitor_"))
+            if not line.startswith(("inference_target_up{", "inference_target_stale{", "inference_target_refused{",
+                                    "inference_target_info{", "inference_monitor_"))
             ] == []
     assert "collector service[t] failed: RuntimeError: boom" in caplog.messages

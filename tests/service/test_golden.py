@@ -81,5 +81,5 @@ def test_golden_page_passes_promtool() -> None:
 
 def test_emitted_families_equal_the_catalog() -> None:
     emitted = emitted_families(GOLDEN)
-    expected = {name for name, d in CATALOG.items() if d.layer in ("service", "self")}
+    expected = {name for name, d in CATALOG.items() if d.layer in ("service", "self", "store")}
     assert emitted == expected

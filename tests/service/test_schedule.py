@@ -168,7 +168,8 @@ def test_a_target_not_scraped_for_two_intervals_is_stale_not_down_and_has_no_der
     assert 'inference_target_stale{target="b"} 0.0' in text
     assert 'inference_monitor_stale_targets{collector="service"} 1.0' in text
     kept = {line.split("{", 1)[0] for line in text.splitlines() if 'target="a"' in line}
-    assert kept == {"inference_target_up", "inference_target_stale", "inference_target_info"}  # none of a's numbers
+    assert kept == {"inference_target_up", "inference_target_stale", "inference_target_refused",
+                    "inference_target_info"}  # none of a's numbers
     # The alert evaluator reads a as stale off this page: a's alerts on its numbers are held, not resolved.
     assert stale_targets(exposition_samples(text.encode(), {STALE_METRIC})) == {"a"}
     # No fact of a's is current, so none names it down as a probable cause.
