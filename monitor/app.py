@@ -23,10 +23,11 @@ from monitor.alerting.am_receiver import add_alertmanager_route
 from monitor.alerting.delivery import STUCK_AFTER
 from monitor.auth import write_access
 from monitor.cost.report import cost_report
-from monitor.jsonpieces import json_response
+from monitor.jsonpieces import json_in_pieces, json_response
 from monitor.redaction import redact_urls
 from monitor.runtime import Job, Monitor
 from monitor.store.worker import StoreUnavailable
+from monitor.web.renders import Renders
 
 log = logging.getLogger("monitor.app")
 
@@ -104,9 +105,15 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     app.include_router(quality_router(monitor))
 
     # The two large answers (megabytes at 1,000 targets) are encoded a piece at a time (jsonpieces).
+    # The status and the page are made once for the readers that ask while one is made, and at
+    # most two at once, so a flood of readers cannot starve /healthz (monitor/web/renders.py).
+    renders = Renders()
+    app.state.renders = renders
+
     @app.get("/api/v1/status", response_class=Response)
     async def status() -> Response:
-        return await json_response(await monitor.status_in_turns())
+        body = await renders.answer("/api/v1/status", None, lambda: status_bytes(monitor))
+        return Response(body, media_type="application/json")
 
     @app.get("/api/v1/cost")
     async def cost() -> dict[str, object]:
@@ -134,9 +141,14 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
     log.info("write routes (POST /api/v1/alertmanager, /api/v1/samples): %s", write_access(monitor.settings).reason)
     from monitor.web.page import add_overview_routes
 
-    add_overview_routes(app, monitor)
+    add_overview_routes(app, monitor, renders)
 
     return app
+
+
+async def status_bytes(monitor: Monitor) -> bytes:
+    """GET /api/v1/status's body: made on the loop in turns, encoded a piece at a time."""
+    return await json_in_pieces(await monitor.status_in_turns())
 
 
 async def _pieces(chunks: tuple[bytes, ...]) -> AsyncIterator[bytes]:
