@@ -191,11 +191,13 @@ class _Exchange(asyncio.Protocol):
         self.chunks: list[bytes] = []
         self.size = 0
         self.lost = False  # the peer closed (or reset) the connection
+        self.socket_transport: object = None  # the socket's own transport (under TLS, the one asyncio's wraps)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # No isinstance check: uvloop's TCP transport (the loop uvicorn takes where uvloop is
         # installed, as in vLLM's images) is a transport without subclassing asyncio.Transport.
         self.transport = cast(asyncio.Transport, transport)
+        self.socket_transport = getattr(getattr(transport, "_ssl_protocol", None), "_transport", None) or transport
 
     def data_received(self, data: bytes) -> None:
         self._feed(data)
@@ -207,6 +209,7 @@ class _Exchange(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        _unlink(self.socket_transport)
         if exc is not None:
             self._fail(_READ_ERROR, str(exc) or type(exc).__name__)
         else:
@@ -295,6 +298,21 @@ class _Exchange(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
+
+
+def _unlink(transport: object) -> None:
+    """Free a lost connection's transport by reference counting, not by the cyclic collector.
+
+    asyncio's selector transport (CPython 3.11, the image's) keeps its read callback, a method bound
+    to itself, after the connection is lost: a cycle with the transport, its socket and its extras.
+    Under `infermon serve` a transport that lived through a job of the worker thread is frozen
+    (monitor/heap.py), so every closed connection stayed in memory until the next full collection:
+    one per scrape of a target answering an error status, one per flap of a target that comes and
+    goes (docs/hardening.md, "Flapping targets"). Nothing reads the callback once the transport has
+    called `connection_lost` (its reader was removed when it closed); uvloop's transports have none.
+    """
+    if getattr(transport, "_read_ready_cb", None) is not None:
+        transport._read_ready_cb = None  # type: ignore[attr-defined]
 
 
 def _header(response: h11.Response, name: bytes) -> str:

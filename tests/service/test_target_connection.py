@@ -181,6 +181,42 @@ def test_a_kept_alive_connection_holds_no_page_between_scrapes() -> None:
     assert held < len(big) // 10, held
 
 
+@pytest.mark.parametrize("https", [False, True], ids=["http", "https"])
+def test_a_lost_connection_is_freed_without_the_cyclic_collector(
+        https: bool, ca: trustme.CA, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A target down with an error page costs a connection per scrape (its body is never read), and
+    one that comes and goes a connection per flap. asyncio's transport kept a cycle with itself
+    after the connection was lost; under `infermon serve` it was frozen (monitor/heap.py) before it
+    died, so 200 flapping targets grew the heap until the next full collection (#48 item 9). With
+    the collector off, as for what is frozen, each lost connection's transport must still go."""
+    import gc
+    import weakref
+
+    from monitor import scrape
+
+    made: list[weakref.ref[object]] = []
+    connection_made = scrape._Exchange.connection_made
+
+    def spied(self: scrape._Exchange, transport: asyncio.BaseTransport) -> None:
+        connection_made(self, transport)
+        made.append(weakref.ref(self.socket_transport))  # under TLS, the socket's own under asyncio's
+
+    monkeypatch.setattr(scrape._Exchange, "connection_made", spied)
+    gc.collect()
+    gc.disable()
+    try:
+        trusting = ssl.create_default_context()
+        ca.configure_trust(trusting)
+        server = Answers(answer(b"down", "500 Internal Server Error"), tls=_server_tls(ca) if https else None)
+        results = run(server, 20, tls=trusting)
+        alive = sum(ref() is not None for ref in made)
+    finally:
+        gc.enable()
+    assert [str(r) for r in results] == ["HTTP 500"] * 20
+    assert len(made) == 20  # a connection per scrape
+    assert alive == 0, f"{alive} of {len(made)} lost connections still in memory"
+
+
 @pytest.fixture(scope="module")
 def ca() -> trustme.CA:
     return trustme.CA()
