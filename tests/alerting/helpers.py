@@ -14,6 +14,17 @@ from tests.alerting.imserver import BEARER, KINDS, SECRETS, ImServer
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
+# Run as `python -c HOLD_LOCK path.db`: holds an exclusive SQLite lock from "locked" on its stdout
+# until its stdin is closed (another process that keeps the monitor's database locked).
+HOLD_LOCK = """
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+sys.stdin.read()  # until the test closes our stdin
+db.execute("COMMIT")
+"""
+
 
 def wait_for(condition: Callable[[], bool], seconds: float = 30.0) -> None:
     """Until `condition()` holds, polled every 50 ms; fails after `seconds`."""

@@ -16,17 +16,8 @@ from sqlalchemy import create_engine, text
 from monitor.alerting.delivery import STUCK_AFTER
 from monitor.config import load_settings
 from monitor.runtime import Monitor
-from tests.alerting.helpers import wait_for
+from tests.alerting.helpers import HOLD_LOCK, wait_for
 from tests.appserver import serve_app
-
-HOLD_LOCK = """
-import sqlite3, sys
-db = sqlite3.connect(sys.argv[1], isolation_level=None)
-db.execute("BEGIN EXCLUSIVE")
-print("locked", flush=True)
-sys.stdin.read()  # until the test closes our stdin
-db.execute("COMMIT")
-"""
 
 
 def monitor_on(url: str, monkeypatch: pytest.MonkeyPatch) -> Monitor:

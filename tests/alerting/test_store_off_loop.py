@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.alerting.alertmanager_payload import am_payload
-from tests.alerting.helpers import receiver_data, wait_for
+from tests.alerting.helpers import HOLD_LOCK, receiver_data, wait_for
 from tests.alerting.imserver import ImServer
 from tests.conftest import FIXTURES
 from tests.latency import healthz_probe
@@ -100,16 +100,6 @@ def test_payloads_are_cut_to_the_limits_and_say_so(tmp_path: Path) -> None:
         assert len(sent) == 256 and sent.endswith("…")
     log = (tmp_path / "infermon.out").read_text()
     assert "50 alert(s) dropped past 100" in log and "100 label" in log
-
-
-HOLD_LOCK = """
-import sqlite3, sys
-db = sqlite3.connect(sys.argv[1], isolation_level=None)
-db.execute("BEGIN EXCLUSIVE")
-print("locked", flush=True)
-sys.stdin.read()  # until the test closes our stdin
-db.execute("COMMIT")
-"""
 
 
 def test_another_process_holding_the_sqlite_lock(tmp_path: Path) -> None:
