@@ -184,7 +184,14 @@ def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer | N
         probes[("prometheus", "/metrics")] = Probe(f"{prom.url}/metrics", 1.0)
     time.sleep(args.warmup)
     # The monitor's parse workers (`--parse-workers`) count as the monitor: its CPU and RSS are theirs too.
-    workers = httpx.get(f"{url}/api/v1/status", timeout=30).json()["layers"]["service"]["parse_workers"]
+    # Each starts with its first page (an interpreter and the monitor's imports: seconds on a busy
+    # machine): measured once they all run, or after 30 s with those that do.
+    expected, deadline = min(args.parse_workers, args.targets), time.monotonic() + 30
+    while True:
+        workers = httpx.get(f"{url}/api/v1/status", timeout=30).json()["layers"]["service"]["parse_workers"]
+        if not workers or len(workers["pids"]) >= expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     group = {"infermon": [monitor.pid, *(workers["pids"] if workers else [])]}
     if prom is not None:
         group["prometheus"] = [pids["prometheus"]]
