@@ -45,6 +45,7 @@ from typing import Any
 
 import httpx
 import yaml
+from scipy.stats import linregress
 
 from bench.pages import grown, v1_page
 from bench.scale import stop_process
@@ -285,10 +286,8 @@ def slope(rows: list[dict[str, Any]], key: str) -> float:
     """Least-squares slope of rows[key] in MiB per minute."""
     if len(rows) < 2:
         return float("nan")
-    ts = [r["t"] / 60 for r in rows]
-    ys = [r[key] / MiB for r in rows]
-    mt, my = sum(ts) / len(ts), sum(ys) / len(ys)
-    return sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / sum((t - mt) ** 2 for t in ts)
+    fit = linregress([r["t"] / 60 for r in rows], [r[key] / MiB for r in rows])
+    return float(fit.slope)
 
 
 def report(rows: list[dict[str, Any]], end: dict[str, Any] | None, warmup: float) -> str:
