@@ -65,7 +65,8 @@ def test_reported_percentiles_are_the_imposed_distribution(start_sim, prompts: P
     result = bench(server.url, prompts, levels=[Level("concurrency", 16)], duration_s=2.5, warmup=16,
                    progress=progress)
     ttft = result["levels"][0]["repeats"][0]["ttft_s"]
-    assert len(imposed) == result["levels"][0]["repeats"][0]["requests"] >= 30
+    # At least a round of the 16 slots: ~50 requests on a quiet machine, 21 were seen beside two CPU hogs.
+    assert len(imposed) == result["levels"][0]["repeats"][0]["requests"] >= 16
     # Never below the model's lower bound; above its upper one only by the simulator loop's own lateness.
     assert min(imposed) >= 0.05 and max(imposed) <= 1.55 + TRANSPORT_S
     samples = result["levels"][0]["ttft_samples_s"]
