@@ -29,6 +29,9 @@ from monitor.sim.stats import IterationStats
 from tests.bench.conftest import H200_TRACE, MODEL, bench
 
 TRANSPORT_S = 0.25
+# Client timings of an in-process simulator, held to fractions of a second: beside a worker's burst
+# a measured TTFT read 0.48 s against its 0.25 s P50 bar (#39). It runs first, with no neighbours.
+pytestmark = pytest.mark.alone
 
 
 def _imposed_ttfts(server: Any) -> list[float]:
