@@ -51,7 +51,7 @@ def start_monitor(config: Path, port: int, workdir: Path, root: Path) -> subproc
             if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2, trust_env=False).status_code == 200:
                 return process
         except httpx.HTTPError:
-            pass
+            pass  # not listening yet: asked again until the deadline
         time.sleep(0.3)
     stop_process(process)
     raise RuntimeError(f"infermon did not get ready: {(workdir / 'infermon.log').read_text()[-2000:]}")

@@ -21,7 +21,7 @@ PROMPT_TEMPLATE_TOKENS = 1024  # a chat template's tokens around the prompt (rol
 
 
 class UnparseableAnswer(ValueError):
-    pass
+    """A judge's answer that holds no verdict: one judge error for its sample, never a score."""
 
 
 def completion_json(body: bytes, content_type: str) -> dict[str, Any]:
