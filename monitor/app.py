@@ -26,7 +26,7 @@ from monitor.cost.report import cost_report
 from monitor.jsonpieces import json_in_pieces, json_response
 from monitor.redaction import redact_urls
 from monitor.runtime import Job, Monitor
-from monitor.store.worker import StoreUnavailable
+from monitor.store.worker import StoreUnavailable, store_reason
 from monitor.web.renders import Renders
 
 log = logging.getLogger("monitor.app")
@@ -130,8 +130,7 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
         except TimeoutError:
             reason = f"the store did not answer within {STUCK_AFTER:g} s"
         except (SQLAlchemyError, StoreUnavailable) as exc:
-            first = str(getattr(exc, "orig", None) or exc).splitlines()
-            reason = redact_urls(f"{type(exc).__name__}: {first[0][:200] if first else ''}")
+            reason = redact_urls(store_reason(exc))  # as the store collector words it
         else:
             return await json_response({"active": active, "transitions": transitions})
         log.warning("GET /api/v1/alerts: the transitions cannot be read: %s", reason)

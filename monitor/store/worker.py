@@ -103,7 +103,7 @@ class StoreWorker:
     def _mark_failed(self, exc: Exception) -> None:
         if self.sqlite_file is not None and not os.path.exists(self.sqlite_file):
             exc = self._gone()  # SQLite says "readonly database": the reason is the missing file
-        if self.health.get(COLLECTOR).success is False and self.health.get(COLLECTOR).error == _reason(exc):
+        if self.health.get(COLLECTOR).success is False and self.health.get(COLLECTOR).error == store_reason(exc):
             return  # already failing for this reason: no new run, no new log line
         with self.health.run(COLLECTOR):
             raise exc  # recorded and swallowed by the health book
@@ -136,7 +136,7 @@ class StoreWorker:
         try:
             upgrade(self.engine)
         except Exception as exc:  # its directory is gone or read-only: failing, said, tried again next probe
-            raise StoreUnavailable(f"{self._gone()}; it cannot be created again: {_reason(exc)}") from None
+            raise StoreUnavailable(f"{self._gone()}; it cannot be created again: {store_reason(exc)}") from None
         self.recreated += 1
         self.last_error = None
         log.error("store: the database file %s was deleted; created a new one (schema at head). The history, "
@@ -157,7 +157,7 @@ def render_store(worker: StoreWorker) -> Iterator[Metric]:
     yield recreated
 
 
-def _reason(exc: Exception) -> str:
+def store_reason(exc: Exception) -> str:
     text_ = str(exc).split("\n", 1)[0][:300]
     if getattr(exc, "plain", False):
         return text_
