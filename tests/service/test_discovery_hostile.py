@@ -76,7 +76,8 @@ def test_a_bad_byte_under_a_running_monitor_keeps_collection_going(tmp_path: Pat
             wait_until(lambda: 'inference_target_up{target="a"} 1.0' in metrics())
             whole = (group(address, "a", "通义千问") + group(address, "b", "通义千问")).encode()
             sd.write_bytes(whole[:whole.rindex("问".encode()) + 2])  # cut inside the second group's model
-            wait_until(lambda: f'file_sd",target="{sd}"}} 0.0' in metrics())
+            sd_success = f'inference_monitor_collector_success{{collector="file_sd",target="{sd}"}}'  # not _duration
+            wait_until(lambda: sd_success + " 0.0" in metrics())
             status = client.get("/api/v1/status").json()
             assert "not valid UTF-8 at byte" in status["layers"]["service"]["file_sd"]["errors"][str(sd)]
             # Collection goes on: the view keeps moving, the target is still scraped, /healthz is 200.
@@ -89,4 +90,4 @@ def test_a_bad_byte_under_a_running_monitor_keeps_collection_going(tmp_path: Pat
             # The generator finishes its write: the file is read again, b joins.
             sd.write_bytes(whole)
             wait_until(lambda: 'inference_target_up{target="b"} 1.0' in metrics())
-            assert f'file_sd",target="{sd}"}} 1.0' in metrics()
+            assert sd_success + " 1.0" in metrics()
