@@ -26,11 +26,11 @@ from pathlib import Path
 from bench.fleet_view import build
 from monitor.alerting.embedded import EmbeddedEvaluator
 from monitor.alerting.readback import PageReader, exposition_samples
-from monitor.alerting.rules import load_rules
 from monitor.config import SHIPPED_RULE_FILES
 from monitor.exporter import make_registry, render_text
-from monitor.service.collector import TargetView
+from monitor.rulefiles.rules import load_rules
 from monitor.service.render import render_service
+from monitor.service.view import TargetView
 from monitor.store.session import Store
 
 ROOT = Path(__file__).resolve().parent.parent

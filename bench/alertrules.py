@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from monitor.alerting.rules import SHIPPED_DIR
+from monitor.rulefiles.rules import SHIPPED_DIR
 
 Labels = frozenset[tuple[str, str]]
 SCRAPE_TARGET_LABELS = ("job", "instance")  # what Prometheus adds to every scraped series

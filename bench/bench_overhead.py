@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from monitor.bench.data import load_dataset
-from monitor.bench.load import Level
-from monitor.bench.run import BenchConfig, run_bench
-from monitor.bench.scenario import RequestClass, Scenario
 from monitor.config import CostSettings
 from monitor.cost.prices import PriceBook
+from monitor.loadtest.data import load_dataset
+from monitor.loadtest.load import Level
+from monitor.loadtest.run import BenchConfig, run_bench
+from monitor.loadtest.scenario import RequestClass, Scenario
 from monitor.sim import DEFAULT_MODEL, EngineConfig, LatencyProfile, SimServer, SimulatedEngine
 
 PREFILL_S, PER_TOKEN_S = 0.010, 0.002

@@ -24,8 +24,8 @@ from monitor.cost.render import render_cost
 from monitor.exporter import TextWriter, make_registry, render_text
 from monitor.health import HealthBook
 from monitor.infra.reading import GpuIdentity, GpuReading, GpuState, InfraView
-from monitor.service.collector import ServiceView, TargetView
 from monitor.service.derive import Objectives, Window, WindowStats
+from monitor.service.view import ServiceView, TargetView
 from monitor.store.session import Store
 
 WINDOWS = [Window("1m", 60.0), Window("5m", 300.0)]

@@ -28,8 +28,9 @@ from bench.pages import fleet_page, grown
 from monitor.config import load_settings
 from monitor.exporter import TextWriter, make_registry, render_text
 from monitor.health import HealthBook
-from monitor.service.collector import ServiceCollector, ServiceView
+from monitor.service.collector import ServiceCollector
 from monitor.service.render import ServiceText, render_service
+from monitor.service.view import ServiceView
 
 
 def build(targets: int, models: int) -> tuple[ServiceCollector, float]:
@@ -40,10 +41,10 @@ def build(targets: int, models: int) -> tuple[ServiceCollector, float]:
     state = collector.targets["t0"]
     start = 1.8e9
     for step in range(120):  # two minutes at 1 s: the 1m window full, the 5m one filling
-        collector._ingest(state, grown(text, 1 + 0.01 * step), False, start + step)
+        collector.pipeline.ingest(state, grown(text, 1 + 0.01 * step), False, start + step)
     now = start + 119
     state.up = True
-    state.derived = collector._derive_target(state, now)
+    state.derived = collector.pipeline.derive(state, now)
     for index in range(1, targets):
         clone = copy.copy(state)
         clone.derived = copy.deepcopy(state.derived)
@@ -63,7 +64,7 @@ def main() -> None:
     derive, assemble = [], []
     for _ in range(args.repeats):
         started = time.process_time()
-        collector._derive_target(state, now)
+        collector.pipeline.derive(state, now)
         derive.append(time.process_time() - started)
         started = time.process_time()
         view = collector.assemble(now)

@@ -18,8 +18,8 @@ import time
 from monitor.config import load_settings
 from monitor.infra.reading import GpuIdentity, GpuReading, GpuState, InfraView
 from monitor.runtime import Monitor
-from monitor.service.collector import ServiceView, TargetView
 from monitor.service.derive import Objectives, Window, WindowStats
+from monitor.service.view import ServiceView, TargetView
 from monitor.web.page import environment, render_page
 
 WINDOWS = [Window("1m", 60.0), Window("5m", 300.0)]

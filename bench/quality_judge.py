@@ -27,8 +27,8 @@ from monitor.ports import free_port
 from monitor.quality.run import QualityRunner
 from monitor.quality.sample import Sample
 from monitor.quality.sources.requestlog import RequestLogSource
+from monitor.quality.store import QualityStore
 from monitor.sim.protocol import filler_text
-from monitor.store.quality import QualityStore
 from monitor.store.session import Store
 
 DAY = "2026-11-29"

@@ -35,10 +35,12 @@ from monitor.exporter import TextWriter
 from monitor.health import HealthBook
 from monitor.promtext import check_text
 from monitor.scrape import fetch_target_page
-from monitor.service.collector import ServiceCollector, ServiceView, TargetState
+from monitor.service.collector import ServiceCollector
 from monitor.service.engines import detect
 from monitor.service.extract import Snapshot, extract
 from monitor.service.render import ServiceText
+from monitor.service.target import TargetState
+from monitor.service.view import ServiceView
 
 Stages = dict[str, float]  # stage -> median seconds
 REPEATS = 30
@@ -73,7 +75,7 @@ def stages(collector: ServiceCollector, state: TargetState, text: str, openmetri
         "parse": lambda: state.parser.parse(text, spec.page_names(prefix), openmetrics),
         "extract": snapshot,
         "store": lambda: state.store.append(snapshot()),  # minus the extract above
-        "derive": lambda: collector._derive_target(state, ts[0]),
+        "derive": lambda: collector.pipeline.derive(state, ts[0]),
         "view": lambda: collector.assemble(ts[0]),
         "render": lambda: render_again(collector.view),
     }

@@ -53,9 +53,9 @@ def measure(models: int, hours: float | None) -> dict[str, float]:
         gc.collect()
         tracemalloc.start()
         before = tracemalloc.take_snapshot()
-        state = collector.targets[name] = collector._new_state(target)
+        state = collector.targets[name] = collector.pipeline.new_state(target)
         for i, page in enumerate(pages):
-            collector._ingest_and_derive(state, page, False, 1.8e9 + i * interval, 0.0)
+            collector.pipeline.ingest_and_derive(state, page, False, 1.8e9 + i * interval, 0.0)
         del page
         gc.collect()  # what a cycle left is garbage, not the target's
         after = tracemalloc.take_snapshot()

@@ -20,13 +20,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
 from monitor.alerting.am_receiver import add_alertmanager_route
-from monitor.alerting.delivery import STUCK_AFTER
 from monitor.auth import write_access
 from monitor.cost.report import cost_report
 from monitor.jsonpieces import json_in_pieces, json_response
+from monitor.layer import Job
 from monitor.redaction import redact_urls
-from monitor.runtime import Job, Monitor
-from monitor.store.worker import StoreUnavailable, store_reason
+from monitor.runtime import Monitor
+from monitor.store.worker import STUCK_AFTER, StoreUnavailable, store_reason
 from monitor.web.renders import Renders
 
 log = logging.getLogger("monitor.app")
@@ -102,7 +102,7 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
 
     from monitor.quality.api import quality_router
 
-    app.include_router(quality_router(monitor))
+    app.include_router(quality_router(monitor.settings, monitor.quality.store, monitor.store_io, monitor.wall))
 
     # The two large answers (megabytes at 1,000 targets) are encoded a piece at a time (jsonpieces).
     # The status and the page are made once for the readers that ask while one is made, and at

@@ -11,8 +11,9 @@ import typer
 import uvicorn
 from sqlalchemy.exc import SQLAlchemyError
 
-from monitor.config import ConfigError, Settings, load_settings
+from monitor.config import ConfigError, Settings
 from monitor.redaction import redact_logs
+from monitor.settings_check import load_checked_settings
 
 if TYPE_CHECKING:
     from monitor.runtime import Monitor
@@ -43,7 +44,7 @@ ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="YAML 
 def _settings(config: Path | None, **server: object) -> Settings:
     overrides = {"server": {k: v for k, v in server.items() if v is not None}}
     try:
-        return load_settings(config, overrides)
+        return load_checked_settings(config, overrides)
     except ConfigError as exc:
         typer.secho(f"configuration error:\n{exc}", err=True, fg=typer.colors.RED)
         raise typer.Exit(2) from None
@@ -249,7 +250,7 @@ def _target_line(row: dict[str, object]) -> str:
 
 def _check_rules(settings: Settings) -> None:
     """Load the alert rule files as `serve` would; a broken file fails the check (exit 2)."""
-    from monitor.alerting.rules import RulesError, load_rules
+    from monitor.rulefiles.rules import RulesError, load_rules
 
     try:
         ruleset = load_rules(settings.alerting.rules_files)
@@ -265,7 +266,7 @@ from monitor.quality.cli import register as _register_quality  # noqa: E402  (af
 
 _register_quality(app, _settings)
 
-from monitor.bench.cli import register as _register_bench  # noqa: E402  (after _settings)
+from monitor.loadtest.cli import register as _register_bench  # noqa: E402  (after _settings)
 
 _register_bench(app, _settings)
 

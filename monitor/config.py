@@ -1,7 +1,9 @@
 """One typed settings model: a YAML file, overridden by INFERMON_<SECTION>__<KEY> variables.
 
 Read once at start-up (`load_settings`) and passed down; a bad value fails right there with
-the key and the reason (`ConfigError`), never later inside a collector.
+the key and the reason (`ConfigError`), never later inside a collector. The model checks what a
+value says by itself; whether a named engine, clock-event reason or redaction pattern exists is
+the layers' knowledge, checked where the settings are assembled (`monitor/settings_check.py`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pydantic_core import core_schema
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from monitor.redaction import redact_urls
+from monitor.settings_keys import Loc, env_var_for, env_vars_under, suggest
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -126,16 +129,7 @@ class Target(_Section):
     )
     engine: str | None = Field(
         None, description="Pin the engine (vllm, sglang, tgi): a page without its families is an error, not a guess"
-    )
-
-    @field_validator("engine")
-    @classmethod
-    def _known_engine(cls, value: str | None) -> str | None:
-        from monitor.service.engines import engine_names  # the engine tables, not a copy of their names
-
-        if value is not None and value not in engine_names():
-            raise ValueError(f"unknown engine: one of {', '.join(engine_names())}")
-        return value
+    )  # a name of the engine tables: checked in monitor/settings_check.py
 
     @field_validator("metric_prefix")
     @classmethod
@@ -448,7 +442,7 @@ class CauseSettings(_Section):
     throttle_reasons: list[str] = Field(
         default_factory=lambda: ["sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"],
         description="gpu_throttling: the clock-event reasons that count (thermal, power, hardware)",
-    )
+    )  # names of NVML's reasons: checked in monitor/settings_check.py
     gpu_memory_ratio: float = Field(0.95, ge=0, le=1, description="gpu_memory: GPU memory used at or above this")
     error_ratio: float = Field(0.01, ge=0, le=1, description="engine_errors: error ratio at or above this")
     throughput_baseline_ratio: float = Field(
@@ -460,16 +454,6 @@ class CauseSettings(_Section):
     score_baseline_delta: float = Field(-0.5, le=0, description="score_fell: mean score this far below the baseline's")
     hallucination_ratio: float = Field(0.05, ge=0, le=1, description="hallucinations: share flagged above this")
     idle_ratio: float = Field(0.5, ge=0, le=1, description="idle_spend: share of the spend on idle GPUs above this")
-
-    @field_validator("throttle_reasons")
-    @classmethod
-    def _known_reasons(cls, value: list[str]) -> list[str]:
-        from monitor.infra.reading import CLOCK_EVENT_REASONS
-
-        unknown = sorted(set(value) - set(CLOCK_EVENT_REASONS))
-        if unknown:
-            raise ValueError(f"unknown clock-event reasons {unknown} (known: {sorted(CLOCK_EVENT_REASONS)})")
-        return value
 
 
 class AlertingSettings(_Section):
@@ -647,6 +631,7 @@ class QualitySettings(_Section):
         0.9, gt=0, le=1, description="Share of the baseline days that need a finished run before it counts")
     sources: list[SampleSource] = Field(default_factory=lambda: _default_sources())
     judge: JudgeSettings = Field(default_factory=JudgeSettings)
+    # A name is one of the quality layer's built-in patterns: checked in monitor/settings_check.py.
     redact: list[str | CustomPattern] = Field(default_factory=lambda: _default_redact())
     refresh_interval: Duration = Field(Duration("30s"), description="How often serve re-reads the latest stored runs")
     max_body_bytes: int = Field(4_000_000, gt=0, description="Largest POST /api/v1/samples body")
@@ -672,16 +657,6 @@ class QualitySettings(_Section):
             CronTrigger.from_crontab(value)
         except ValueError as exc:
             raise ValueError(f"not a cron expression: {exc}") from None
-        return value
-
-    @field_validator("redact")
-    @classmethod
-    def _known_patterns(cls, value: list[str | CustomPattern]) -> list[str | CustomPattern]:
-        from monitor.quality.redact import BUILTIN_PATTERNS
-
-        unknown = [v for v in value if isinstance(v, str) and v not in BUILTIN_PATTERNS]
-        if unknown:
-            raise ValueError(f"unknown patterns {unknown} (known: {sorted(BUILTIN_PATTERNS)}, or {{name, pattern}})")
         return value
 
 
@@ -719,7 +694,9 @@ class Settings(BaseSettings):
 
 
 def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
-    """Settings from a YAML file (optional) and the environment; ConfigError names the key."""
+    """Settings from a YAML file (optional) and the environment, as the model alone checks them;
+    ConfigError names the key. `infermon` and the runtime load with `settings_check.load_checked_settings`,
+    which adds the checks that need a layer."""
     data: dict[str, Any] = {}
     if path is not None:
         data = _read_yaml(Path(path))
@@ -735,8 +712,6 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
 
 def _describe_undecodable(exc: SettingsError) -> str:
     """Names the section's variables, never their values (a value may be a token)."""
-    from monitor.settings_keys import env_vars_under
-
     section = re.search(r'field "(\w+)"', str(exc))
     name = section.group(1) if section else ""
     which = ", ".join(env_vars_under(name, os.environ) if name else []) or "an INFERMON_ variable"
@@ -773,19 +748,29 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
 
 
 def _describe(exc: ValidationError, path: str | Path | None) -> str:
-    from monitor.settings_keys import env_var_for, suggest
-
-    lines = []
+    problems: list[tuple[Loc, str]] = []
     for error in exc.errors():
         loc = error["loc"]
-        key = ".".join(str(part) for part in loc) or "(top level)"
-        reason = redact_urls(error["msg"].removeprefix("Value error, "))
+        reason = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
-            near = suggest(loc)
+            near = suggest(Settings, loc)
             reason = f"unknown key (did you mean {near!r}?)" if near else "unknown key"
+        problems.append((loc, reason))
+    return describe_problems(problems, path)
+
+
+def describe_problems(problems: list[tuple[Loc, str]], path: str | Path | None) -> str:
+    """One line a problem: where its value was set (the INFERMON_ variable, else the file), the key, the reason.
+
+    `service.targets.0.engine: unknown engine: one of vllm, sglang, tgi`, after `PATH: ` or
+    `INFERMON_SERVICE__TARGETS (environment): `; URLs in a reason lose their secrets.
+    """
+    lines = []
+    for loc, reason in problems:
+        key = ".".join(str(part) for part in loc) or "(top level)"
         variable = env_var_for(loc, os.environ) if loc else None
         where = f"{variable} (environment): " if variable else f"{path}: " if path else ""
-        lines.append(f"{where}{key}: {reason}")
+        lines.append(f"{where}{key}: {redact_urls(reason)}")
     return "\n".join(lines)
 
 

@@ -21,11 +21,12 @@ from typing import Any
 import uvicorn
 
 from monitor.app import create_app
-from monitor.config import Settings, load_settings
+from monitor.config import Settings
 from monitor.infra.replay import ReplayNvml
 from monitor.ports import free_port
 from monitor.runtime import Monitor
 from monitor.service.collector import COLLECTOR as SERVICE_COLLECTOR
+from monitor.settings_check import load_checked_settings
 from monitor.sim.demo_cycle import HeldReplayClock, demo_rules, scheduled_load
 from monitor.sim.engine import DEFAULT_MODEL, SimulatedEngine
 from monitor.sim.faults import demo_schedule
@@ -81,7 +82,7 @@ def demo_settings(sim_url: str, port: int, extra: dict[str, Any] | None = None,
     }
     for section, values in (extra or {}).items():
         sections.setdefault(section, {}).update(values)
-    return load_settings(None, sections)
+    return load_checked_settings(None, sections)
 
 
 async def run_demo(port: int = 9480, duration: float | None = None, keep_state: bool = False) -> None:

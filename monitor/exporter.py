@@ -25,12 +25,11 @@ Renderer = Callable[[], Iterable[Metric]]
 
 
 class MonitorExporter(Collector):
-    def __init__(self, renderers: list[Renderer], skip: int = 0) -> None:
+    def __init__(self, renderers: list[Renderer]) -> None:
         self.renderers = renderers
-        self.skip = skip  # the first renderers are rendered elsewhere (the service layer's text, kept per target)
 
     def collect(self) -> Iterator[Metric]:
-        for render in self.renderers[self.skip:]:
+        for render in self.renderers:
             for fam in render():
                 if fam.samples:  # an empty family would print a bare HELP/TYPE pair
                     yield fam
@@ -39,9 +38,9 @@ class MonitorExporter(Collector):
         return []  # nothing to describe ahead of time: families depend on what was scraped
 
 
-def make_registry(renderers: list[Renderer], skip: int = 0) -> CollectorRegistry:
+def make_registry(renderers: list[Renderer]) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(MonitorExporter(renderers, skip))
+    registry.register(MonitorExporter(renderers))
     return registry
 
 

@@ -1,18 +1,16 @@
 """The cyclic garbage collector's walks, kept to what the worker thread's current job makes.
 
-A collection of the oldest generation walks every object the collector tracks and not frozen,
-and holds the interpreter meanwhile: the loop (`/healthz`) and the scrapes wait. At 1,000
-targets of 10 models `infermon serve` ran one every ~3 s, each ~200-650 ms (21 s of 200 in them),
-though in 200 s they found ~450 unreachable objects: what the monitor keeps goes by reference
-counting (a target's snapshot, its derived numbers, its lines of /metrics, each replaced whole at
-its next scrape). Freezing once at start, or after each publish tick, left them walking what the
-scrapes had made since (~1 M objects in 5 s at that scale). So under `infermon serve` each job of
-the worker thread (a target's parse and derivation, a publish, the rules) ends by freezing what
-is alive (`gc.freeze()`: a splice of lists, O(1)); the automatic collections walk what one job
-made, and cycles that die within it are collected as before.
+A collection of the oldest generation walks every tracked object that is not frozen, and holds
+the interpreter meanwhile: the loop (`/healthz`) and the scrapes wait. What the monitor keeps is
+freed by reference counting (a target's snapshot, its derived numbers and its lines of /metrics are
+each replaced whole at its next scrape), so those walks find almost nothing. Under `infermon
+serve` each job of the worker thread (a target's parse and derivation, a publish, the rules) ends
+by freezing what is alive (`gc.freeze()`: a splice of lists, O(1)); the automatic collections walk
+what one job made, and cycles that die within it are collected as before.
 
 A cycle that turns into garbage after it was frozen is not collected until the next full
 collection here: every `full_every` seconds everything is unfrozen, collected and frozen again.
+The measurements that led here are in docs/performance.md ("The garbage collector").
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """A large JSON answer encoded a piece at a time on the loop, which keeps answering in between.
 
-At 1,000 ten-model targets `/api/v1/status` is several megabytes and `/api/v1/alerts` lists
-20,000 alerts. FastAPI encodes a returned dict in one call into pydantic's encoder, which holds
-the interpreter all along (up to 376 ms seen): every /healthz probe waited that long. Here the
-containers with many items are walked and each item is encoded by the same encoder (a
-pydantic `TypeAdapter`'s `dump_json`: NaN and infinities as null, as in FastAPI's answer), and
-the loop gets its turn whenever a slice of encoding has taken `aio.SLICE_S`. The bytes are the
-very bytes of FastAPI's answer (`test_jsonpieces`); a thread would not help, the encoder holds
-the GIL.
+FastAPI encodes a returned dict in one call into pydantic's encoder, which holds the interpreter
+all along: a status or alerts answer of a large fleet is megabytes, and every /healthz probe
+would wait for it. Here the containers with many items are walked and each item is encoded by
+the same encoder (a pydantic `TypeAdapter`'s `dump_json`: NaN and infinities as null, as in
+FastAPI's answer), and the loop gets its turn whenever a slice of encoding has taken
+`aio.SLICE_S`. The bytes are the very bytes of FastAPI's answer (`test_jsonpieces`); a thread
+would not help, the encoder holds the GIL.
 
 Items are read as the walk reaches them: a list the loop changes between two slices is read
 as it was when the walk entered it (its items are taken first), as FastAPI would have read it.

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import math
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,29 +31,26 @@ from monitor.alerting.embedded import (
 )
 from monitor.alerting.explain import Explainer
 from monitor.alerting.model import Alert, AlertSink
-from monitor.alerting.rules import RulesError, RuleSet, load_rules
 from monitor.canary.collector import CanaryCollector
-from monitor.canary.render import render_canary
 from monitor.catalog import CATALOG, family
 from monitor.clock import SteadyClock
-from monitor.config import ConfigError, ServiceSettings, Settings, load_settings
+from monitor.config import ConfigError, ServiceSettings, Settings
 from monitor.cost.collector import CostCollector
-from monitor.cost.render import render_cost
-from monitor.exporter import ExpositionCache, Renderer, TextWriter, make_registry, render_health, render_text
+from monitor.exporter import ExpositionCache, TextWriter, make_registry, render_health, render_text
 from monitor.health import CollectorHealth, HealthBook
 from monitor.heap import AfterEachJob, HeapFreezer
 from monitor.infra.collector import InfraCollector, import_pynvml
-from monitor.infra.render import render_infra
+from monitor.layer import SERVICE, Canary, Cost, Infra, Job, Layer, OwnPart, Part, Quality, Service
 from monitor.looplag import LoopLagProbe, render_loop_lag
 from monitor.quality.layer import QualityLayer
-from monitor.quality.render import render_quality
+from monitor.quality.store import QualityStore
+from monitor.rulefiles.rules import RulesError, RuleSet, load_rules
 from monitor.scrape import pool_limits
+from monitor.service.baseline import BaselineHistory
 from monitor.service.collector import ServiceCollector
-from monitor.service.render import ServiceText, render_objectives, render_service
 from monitor.service.schedule import SCRAPES, Spreader, render_schedule
 from monitor.service.workers import ParseWorkers
-from monitor.store.baseline import BaselineHistory
-from monitor.store.quality import QualityStore
+from monitor.settings_check import check_settings, load_checked_settings
 from monitor.store.session import Store
 from monitor.store.worker import StoreUnavailable, StoreWorker, render_store
 from monitor.web.history import History
@@ -83,18 +80,6 @@ def render_reload(state: ReloadState) -> Iterator[Metric]:
     yield fam
 
 
-@dataclass
-class Job:
-    name: str
-    interval_seconds: float
-    run: Callable[[], Awaitable[Any]]
-    ran: bool = False
-    cron: str | None = None  # a cron job (in `timezone`) instead of an interval; not part of readiness
-    timezone: str = "UTC"
-    # Under `infermon serve`, a job with a loop runs it for its whole life instead of `run` on an interval.
-    loop: Callable[[], Awaitable[Any]] | None = None
-
-
 class Monitor:
     def __init__(
         self,
@@ -111,7 +96,8 @@ class Monitor:
         self.reloads = ReloadState()
         # Unless a test sets it: wall time that a step of the system clock does not move (monitor/clock.py).
         wall = self.wall = wall if wall is not None else SteadyClock()
-        ruleset = _load_rules(settings)  # first: a bad rule file fails before anything is opened
+        check_settings(settings, config_path)  # first: a bad setting or rule file fails before anything is opened
+        ruleset = _load_rules(settings)
         self.started = wall()
         self.collected_at: dict[str, float] = {}  # layer -> when its first collection since start ended
         self.health = HealthBook(wall=wall)
@@ -124,55 +110,21 @@ class Monitor:
                                                   limits=pool_limits(settings.service))
         self.heap = HeapFreezer()  # under `infermon serve`: each job of `cpu` ends by freezing what is alive
         self.cpu = AfterEachJob(self.heap.tick, 1, thread_name_prefix="infermon-cpu")  # parse, derive, render
-        self.spreader: Spreader | None = None
         workers = settings.service.parse_workers
         self.service = ServiceCollector(settings.service, self.client, self.health, wall,
                                         own_clients=client is None, history=BaselineHistory(self.store.engine),
                                         workers=ParseWorkers(settings.service, workers) if workers else None)
-        self.jobs = [Job("service", settings.service.scrape_interval.seconds, self.service.collect,
-                         loop=self.run_service)]
         # infra: local GPUs (NVML, or the trace in infra.replay.file) and dcgm-exporter targets
         self.infra = InfraCollector(settings.infra, self.client, self.health, wall, load_nvml)
-        self.jobs.append(Job("infra", settings.infra.interval.seconds, self.infra.collect))
-        self.jobs.append(Job("retention", 3600.0, self.prune))
-        self.jobs.append(Job("baseline_history", 60.0, self.flush_baselines))
-        # quality: the daily judge run (cron), and the view of the latest stored runs
         self.quality = QualityLayer(settings.quality, QualityStore(self.store.engine), self.health, wall)
         self.quality.io = self.store_io.call
-        self.jobs.append(Job("quality_refresh", settings.quality.refresh_interval.seconds, self.quality.refresh))
-        self.jobs.append(Job("quality_retention", 3600.0, self.quality.prune))
-        if settings.quality.enabled:
-            self.jobs.append(Job("quality_run", 86400.0, self.quality.run, cron=settings.quality.schedule,
-                                 timezone=settings.quality.timezone))
-        # canary: synthetic users through the OpenAI-compatible API; the job only dispatches due probes
         self.canary = CanaryCollector(settings.canary, self.health, wall, service_view=lambda: self.service.view)
-        if settings.canary.probes:
-            self.jobs.append(Job("canary", self.canary.tick_seconds, self.canary.dispatch))
-        # cost: after service and infra in each run_once, on the service's interval when scheduled
         self.cost = CostCollector(settings, self.service, self.infra, self.health, self.store, wall)
         self.cost.io = self.store_io.call
-        self.jobs.append(Job("cost", settings.service.scrape_interval.seconds, self.cost.collect))
         # alerting delivery: the evaluator and POST /api/v1/alertmanager write to the sink (the outbox)
         self.delivery = Delivery(settings.alerting, self.store.engine, self.client, wall, worker=self.store_io)
         self.sink: AlertSink = self.delivery
-        self.jobs.append(Job("delivery", 1.0, self.delivery.run_once))
-        self.jobs.append(Job("store", settings.storage.check_interval.seconds, self.store_io.probe))
-        renderers: list[Renderer] = [
-            lambda: render_service(self.service.view),  # first: the exposition renders it apart (skip=1)
-            lambda: [render_objectives(self.service.view)],
-            lambda: render_infra(self.infra.view),
-            lambda: render_health(self.health),
-            lambda: render_quality(self.quality.view, wall()),
-            lambda: render_reload(self.reloads),
-            lambda: render_canary(self.canary),
-            lambda: render_cost(self.cost.view),
-            lambda: render_schedule(self.spreader),
-        ]
-        renderers.append(lambda: render_delivery(self.delivery))
-        renderers.append(lambda: render_store(self.store_io))
         self.loop_lag = LoopLagProbe()  # its task runs under `infermon serve` (monitor/app.py's lifespan)
-        renderers.append(lambda: render_loop_lag(self.loop_lag))
-        self.registry = make_registry(renderers)
         self.history = History()  # the overview page's last hour of headline series
         self.writer = TextWriter()
         # alerting: the rule files evaluated in-process on what /metrics exports
@@ -181,32 +133,59 @@ class Monitor:
         if ruleset is not None:
             self.alerting = EmbeddedEvaluator(ruleset, self.store.engine, sink or self.delivery,
                                               settings.alerting.external_url)
-            # The registry's exporter holds this very list: the firing counts join /metrics.
-            renderers.append(lambda: [self.alerting.render()] if self.alerting else [])
-            self.jobs.append(Job("alerts", settings.alerting.evaluation_interval.seconds, self.evaluate_alerts))
-        # alert context (#12): the other layers' evidence and a probable cause on each alert as it fires
+        # alert context: the other layers' evidence and a probable cause on each alert as it fires
         self.explainer = Explainer(self.views, settings.alerting.causes)
         if self.alerting is not None:
             self.alerting.explain = self.explainer
             self.alerting.collected = self.collected
+        self.spreader: Spreader | None = None  # under `infermon serve`: each target on its own cadence
+        self.service_layer = Service(self.service, loop=self.run_service, schedule=lambda: self.spreader)
+        self.layers: dict[str, Layer] = {layer.name: layer for layer in (
+            self.service_layer, Infra(self.infra), Quality(self.quality), Canary(self.canary), Cost(self.cost))}
+        parts = self._parts()
+        self.jobs = [job for part in parts for job in part.jobs]
+        self.registry = make_registry([part.render for part in parts])
         # What /metrics serves under `infermon serve`, and what in-process readers take:
         # `monitor.exposition.latest.body`, rendered once per publish tick in the worker thread.
-        # The service layer's families come first on the page: rendered apart, each target's lines
-        # kept until it is scraped again (ServiceText), the other layers' through the registry.
-        self.service_text = ServiceText()
-        self.exposition = ExpositionCache(
-            make_registry(renderers, skip=1), wall,
-            prefix=lambda writer, out: self.service_text.render(self.service.view, writer, out))
+        # The service layer's families come first on the page, written apart (each target's lines
+        # kept until it is scraped again); the rest through the registry.
+        served = [self.service_layer.render_kept if part is self.service_layer else part.render for part in parts]
+        self.exposition = ExpositionCache(make_registry(served), wall, prefix=self.service_layer.write_targets)
+
+    def _parts(self) -> list[Part]:
+        """The layers and the monitor's own parts, in the order of the jobs (one `run_once` cycle:
+        cost after service and infra) and of the families on /metrics."""
+        layers, storage = self.layers, self.settings.storage
+        parts: list[Part] = [
+            layers["service"], layers["infra"],
+            OwnPart("health", lambda: render_health(self.health)),
+            OwnPart("upkeep", jobs=(Job("retention", 3600.0, self.prune),
+                                    Job("baseline_history", 60.0, self.flush_baselines))),
+            layers["quality"],
+            OwnPart("reload", lambda: render_reload(self.reloads)),
+            layers["canary"], layers["cost"],
+            OwnPart("schedule", lambda: render_schedule(self.spreader)),
+            OwnPart("delivery", lambda: render_delivery(self.delivery),
+                    (Job("delivery", 1.0, self.delivery.run_once),)),
+            OwnPart("store", lambda: render_store(self.store_io),
+                    (Job("store", storage.check_interval.seconds, self.store_io.probe),)),
+            OwnPart("loop_lag", lambda: render_loop_lag(self.loop_lag)),
+        ]
+        if self.alerting is not None:  # the firing counts join /metrics
+            interval = self.settings.alerting.evaluation_interval.seconds
+            parts.append(OwnPart("alerts", lambda: [self.alerting.render()] if self.alerting else [],
+                                 (Job("alerts", interval, self.evaluate_alerts),)))
+        return parts
 
     async def run_job(self, job: Job) -> None:
         with self.health.step(job.name):  # what escapes a run is logged and counted; the job goes on
-            after = {layer for layer in _COLLECTED_AFTER.get(job.name, ()) if layer not in self.collected_at}
+            after = {layer for layer in job.after if layer not in self.collected_at}
             try:
                 await job.run()
             finally:
                 job.ran = True
-            if job.name in _LAYER_OF_JOB and not after:  # its first collection on fresh inputs
-                self.collected_at.setdefault(_LAYER_OF_JOB[job.name], self.wall())
+            if job.collects is not None and not after:  # its first collection on fresh inputs
+                self.collected_at.setdefault(job.collects, self.wall())
             if job.name in ("service", "infra") and self.exposition.latest is None:
                 await self.evaluate_alerts()  # on fresh data, not up to an interval later (serving: after each publish)
             if job.name == "cost":  # cost runs after service and infra: one sample of the page's charts
@@ -227,7 +206,7 @@ class Monitor:
     async def run_service(self) -> None:
         """`infermon serve`'s service layer: each target on its own cadence (Spreader), and a
         publish tick that assembles the view and renders /metrics in the worker thread."""
-        self.spreader = Spreader(self.service, self.cpu, self.wall)
+        spreader = self.spreader = Spreader(self.service, self.cpu, self.wall)
         # The worker thread holds the GIL for whole parses and renders; the loop waits for it after
         # every socket call, 5 ms each by default. 1 ms keeps /healthz answering in milliseconds.
         switch = sys.getswitchinterval()
@@ -238,9 +217,9 @@ class Monitor:
         self.heap.start()
         if self.service.workers is not None:  # what a parse worker's answer holds, frozen as it is read
             self.service.workers.after_answer = self.heap.tick
-        self.health.watch(SCRAPES, self.spreader.interval)
+        self.health.watch(SCRAPES, spreader.interval)
         try:
-            await asyncio.gather(self.spreader.run(), self._publish_loop(self.jobs[0]))
+            await asyncio.gather(spreader.run(), self._publish_loop(self.service_layer.job))
         finally:
             sys.setswitchinterval(switch)
             self.heap.stop()
@@ -262,7 +241,7 @@ class Monitor:
         await asyncio.get_running_loop().run_in_executor(self.cpu, self.publish)
         if all_seen and not job.ran:
             job.ran = True  # ready once every target was tried and published
-            self.collected_at.setdefault("service", before)  # rules on its series may run from this page on
+            self.collected_at.setdefault(SERVICE, before)  # rules on its series may run from this page on
         await self.evaluate_alerts()  # on the page just published: fresh data, rendered once
 
     def publish(self) -> None:
@@ -287,22 +266,8 @@ class Monitor:
             "started": self.started,
             "uptime_seconds": self.wall() - self.started,
             "ready": self.ready,
-            "layers": {
-                "service": {
-                    "scrape_interval_seconds": self.settings.service.scrape_interval.seconds,
-                    "windows": [w.text for w in self.settings.service.windows],
-                    "last_derivation": self.service.view.ts,
-                    "targets": self.service.status() if targets is None else targets,
-                    "file_sd": self.service.discovery.status() if self.service.discovery else None,
-                    "schedule": self.spreader.status() if self.spreader else None,
-                    "shard": shard.model_dump() if (shard := self.service.settings.shard) else None,
-                    "parse_workers": workers.status() if (workers := self.service.workers) else None,
-                },
-                "infra": self.infra.status(),
-                "quality": self.quality.status(),
-                "canary": self.canary.status(),
-                "cost": self.cost.status(),
-            },
+            "layers": {name: self.service_layer.status(targets) if layer is self.service_layer else layer.status()
+                       for name, layer in self.layers.items()},
             "topology": self.cost.view.topology.as_dict(),
             "config": {"file": str(self.config_path) if self.config_path else None,
                        "last_reload_successful": self.reloads.successful, "last_reload": self.reloads.at,
@@ -328,7 +293,7 @@ class Monitor:
         if self.config_path is None:
             return False
         try:
-            fresh = load_settings(self.config_path)
+            fresh = load_checked_settings(self.config_path)
         except ConfigError as exc:
             self.reloads.failed(self.wall(), str(exc))
             log.error("configuration reload failed, keeping the running configuration: %s", exc)
@@ -400,7 +365,7 @@ class Monitor:
         layer = definition.layer if definition else None
         if layer == "canary":
             return self._canary_collected()
-        if layer is not None and layer in _LAYER_OF_JOB.values():
+        if layer is not None and any(job.collects == layer for job in self.jobs):
             return self.collected_at.get(layer, math.inf) <= at
         return self.ready  # the monitor's own series, the alerting counters, recorded series: all jobs ran
 
@@ -420,19 +385,13 @@ class Monitor:
     async def aclose(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.store_io.close)  # the queued history first
         self.store.close()
-        await self.canary.aclose()
-        await self.infra.aclose()
+        for layer in reversed(self.layers.values()):  # the canary's probes before the service's connections
+            await layer.aclose()
         await self.client.aclose()
-        await self.service.aclose()
         self.cpu.shutdown(wait=False, cancel_futures=True)
         if self.service.workers is not None:
             await self.service.workers.aclose()
 
-
-# The layer each job collects; cost derives from service and infra, so its first collection
-# counts once theirs are in.
-_LAYER_OF_JOB = {"service": "service", "infra": "infra", "quality_refresh": "quality", "cost": "cost"}
-_COLLECTED_AFTER = {"cost": ("service", "infra")}
 
 
 def _load_rules(settings: Settings) -> RuleSet | None:

@@ -1,10 +1,12 @@
-"""The settings model as a tree of keys: what a dotted key names, what a misspelt one meant, and which
+"""A settings model as a tree of keys: what a dotted key names, what a misspelt one meant, and which
 environment variable set a value.
 
-    fields_at(("service", "targets", 0))   -> the keys of a service target (name, url, node, ...)
-    suggest(("service", "scrape_intervall")) -> "scrape_interval"
+    fields_at(Settings, ("service", "targets", 0))   -> the keys of a service target (name, url, node, ...)
+    suggest(Settings, ("service", "scrape_intervall")) -> "scrape_interval"
     env_var_for(("service", "scrape_interval"), environ) -> "INFERMON_SERVICE__SCRAPE_INTERVAL" when set
-    setting_exists("infra.dcgm.targets")    -> True; "infra.dcgm_targets" -> False
+    setting_exists(Settings, "infra.dcgm.targets")    -> True; "infra.dcgm_targets" -> False
+
+The model is an argument, not an import: `monitor/config.py` describes its own errors with these.
 """
 
 from __future__ import annotations
@@ -40,11 +42,10 @@ def _is_container(annotation: Any) -> bool:
     return False
 
 
-def fields_at(loc: Loc) -> set[str] | None:
-    """The keys allowed under `loc` (a path of keys and list indexes); None when loc names no section."""
-    from monitor.config import Settings
-
-    models: list[type[BaseModel]] = [Settings]
+def fields_at(root: type[BaseModel], loc: Loc) -> set[str] | None:
+    """The keys allowed under `loc` (a path of keys and list indexes) of `root`; None when loc names
+    no section."""
+    models: list[type[BaseModel]] = [root]
     pending_container = False
     for part in loc:
         if isinstance(part, int) or (pending_container and not any(part in m.model_fields for m in models)):
@@ -63,21 +64,21 @@ def fields_at(loc: Loc) -> set[str] | None:
     return {name for model in models for name in model.model_fields}
 
 
-def suggest(loc: Loc) -> str | None:
+def suggest(root: type[BaseModel], loc: Loc) -> str | None:
     """The allowed key nearest to a misspelt last key of `loc`, if one is near enough."""
     if not loc or not isinstance(loc[-1], str):
         return None
-    allowed = fields_at(loc[:-1])
+    allowed = fields_at(root, loc[:-1])
     if not allowed:
         return None
     close = difflib.get_close_matches(loc[-1], sorted(allowed), n=1, cutoff=0.6)
     return close[0] if close else None
 
 
-def setting_exists(dotted: str) -> bool:
-    """Whether `a.b.c` names a key of the settings model (a list's items count as the list)."""
+def setting_exists(root: type[BaseModel], dotted: str) -> bool:
+    """Whether `a.b.c` names a key of `root` (a list's items count as the list)."""
     parts = dotted.split(".")
-    allowed = fields_at(parts[:-1])
+    allowed = fields_at(root, parts[:-1])
     return allowed is not None and parts[-1] in allowed
 
 

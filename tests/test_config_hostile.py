@@ -13,8 +13,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from monitor.alerting.rules import RulesError, load_rules
 from monitor.config import ConfigError, Duration, Settings, duration_floor, load_settings
+from monitor.rulefiles.rules import RulesError, load_rules
 from monitor.runtime import Monitor
 
 

@@ -16,9 +16,9 @@ from sqlalchemy.engine import Engine
 from typer.testing import CliRunner
 
 from monitor.cli import app
+from monitor.schema import metadata
 from monitor.store import migrate
 from monitor.store.models import Base
-from monitor.store.schema import metadata
 from monitor.store.session import Store
 
 EARLIER = ["base", *migrate.revisions()[:-1]]  # every revision a database can be at before head

@@ -13,8 +13,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from monitor.alerting.outbox import Outbox
-from monitor.store.cost import CostLedger, CostTotal, Running
-from monitor.store.outbox import AlertTransition, OutboxNotification
+from monitor.alerting.store import AlertTransition, OutboxNotification
+from monitor.cost.store import CostLedger, CostTotal, Running
 from monitor.store.session import Store
 from tests.alerting.helpers import Clock, alert, receiver
 from tests.alerting.imserver import ImServer
@@ -108,7 +108,7 @@ def test_a_conflict_that_persists_is_raised_after_three_tries() -> None:
 
 
 def test_both_replicas_save_the_same_new_alert_state_at_once(pg_url: str) -> None:
-    from monitor.store.alerting_state import StoredAlert, load_alert_states, save_alert_states
+    from monitor.alerting.store import StoredAlert, load_alert_states, save_alert_states
 
     stores = [Store(pg_url), Store(pg_url)]
     try:

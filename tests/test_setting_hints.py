@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from monitor.config import Settings
 from monitor.settings_keys import env_var_for, fields_at, setting_exists, suggest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,14 +42,14 @@ def test_the_hints_are_found() -> None:
 
 @pytest.mark.parametrize(("where", "hint"), hints())
 def test_every_hint_names_a_setting(where: str, hint: str) -> None:
-    assert setting_exists(hint), f"{where} names {hint}, which is no setting"
+    assert setting_exists(Settings, hint), f"{where} names {hint}, which is no setting"
 
 
 def test_the_key_tree() -> None:
-    assert setting_exists("infra.dcgm.targets") and not setting_exists("infra.dcgm_targets")
-    assert {"name", "url", "node", "gpus", "pod"} <= (fields_at(("service", "targets", 0)) or set())
-    assert fields_at(("cost", "gpu_prices", "H100")) == {"usd_per_hour", "cny_per_hour"}
-    assert fields_at(("nothing",)) is None
+    assert setting_exists(Settings, "infra.dcgm.targets") and not setting_exists(Settings, "infra.dcgm_targets")
+    assert {"name", "url", "node", "gpus", "pod"} <= (fields_at(Settings, ("service", "targets", 0)) or set())
+    assert fields_at(Settings, ("cost", "gpu_prices", "H100")) == {"usd_per_hour", "cny_per_hour"}
+    assert fields_at(Settings, ("nothing",)) is None
 
 
 @pytest.mark.parametrize(("loc", "meant"), [
@@ -58,7 +59,7 @@ def test_the_key_tree() -> None:
     (("service", "zzzz"), None),
 ])
 def test_did_you_mean(loc: tuple[str | int, ...], meant: str | None) -> None:
-    assert suggest(loc) == meant
+    assert suggest(Settings, loc) == meant
 
 
 def test_the_variable_that_set_a_value() -> None:

@@ -59,7 +59,7 @@ def test_transitions_are_stored_once_and_survive_restart(store_url: str, monkeyp
 
 
 def test_alert_states_are_inserted_updated_and_deleted_in_bulk(store_url: str) -> None:
-    from monitor.store.alerting_state import StoredAlert, load_alert_states, save_alert_states
+    from monitor.alerting.store import StoredAlert, load_alert_states, save_alert_states
     from monitor.store.session import Store
 
     def alert(n: int, state: str = "pending", fired: float | None = None) -> StoredAlert:

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field, replace
 from monitor.cost.collector import CostView
 from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuState, InfraView
 from monitor.quality.layer import QualityView
-from monitor.service.collector import ServiceView, TargetView
 from monitor.service.derive import rank_imbalance
+from monitor.service.view import ServiceView, TargetView
 from monitor.topology import TopologyMap
 
 
@@ -255,13 +255,12 @@ def _quality_facts(quality: QualityView | None, models: tuple[str, ...]) -> tupl
         if result is None:
             continue
         s = result.summary
-        failed = s.get("failed")
         out.append(QualityFacts(
-            model, result.date, _num(s.get("score_mean")), _num(s.get("refusal_ratio")), _num(s.get("psi")),
-            _num(s.get("output_length_mean_change_ratio")), _num(s.get("samples")), _num(s.get("sampled")),
-            _num(s.get("judge_errors")), _num(s.get("judge_error_ratio")), _num(s.get("suspect_verdicts")),
-            _num(s.get("score_baseline_delta")), _num(s.get("refusal_baseline_ratio")),
-            _num(s.get("hallucination_ratio")), failed if isinstance(failed, str) else None))
+            model, result.date, _num(s.score_mean), _num(s.refusal_ratio), _num(s.psi),
+            _num(s.output_length_mean_change_ratio), _num(s.samples), _num(s.sampled),
+            _num(s.judge_errors), _num(s.judge_error_ratio), _num(s.suspect_verdicts),
+            _num(s.score_baseline_delta), _num(s.refusal_baseline_ratio),
+            _num(s.hallucination_ratio), s.failed if isinstance(s.failed, str) else None))
     return tuple(out)
 
 

@@ -33,7 +33,7 @@ from monitor.alerting.runbooks import link_alert
 from monitor.catalog import family
 from monitor.config import AlertingSettings, ReceiverSettings
 from monitor.health import HealthBook
-from monitor.store.worker import StoreWorker
+from monitor.store.worker import STUCK_AFTER, StoreWorker
 
 log = logging.getLogger("monitor.alerting.delivery")
 
@@ -41,7 +41,6 @@ BACKOFF_INITIAL = 1.0
 BACKOFF_MAX = 60.0
 MAX_SENDS_PER_ROUND = 50  # per receiver and run: bounded work per tick
 RECENT = 50  # transitions kept in `latest`
-STUCK_AFTER = 2.0  # a store call running longer (a lock held elsewhere): a post is answered 503 at once
 
 
 def backoff(attempts: int) -> float:

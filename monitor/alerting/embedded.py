@@ -24,12 +24,12 @@ from sqlalchemy.engine import Engine
 
 from monitor.aio import Turns
 from monitor.alerting.evaluator import ActiveAlert, RuleState, Transition
-from monitor.alerting.expr import Sample
 from monitor.alerting.model import Alert, AlertSink
 from monitor.alerting.readback import PageReader
-from monitor.alerting.rules import RuleSet
+from monitor.alerting.store import StoredAlert, load_alert_states, save_alert_states
 from monitor.catalog import CATALOG, family
-from monitor.store.alerting_state import StoredAlert, load_alert_states, save_alert_states
+from monitor.rulefiles.expr import Sample
+from monitor.rulefiles.rules import RuleSet
 
 log = logging.getLogger("monitor.alerting")
 

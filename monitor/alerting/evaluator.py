@@ -22,10 +22,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from monitor.alerting.expr import Labels, Samples
 from monitor.alerting.model import fingerprint
-from monitor.alerting.rules import AlertRule
-from monitor.alerting.templates import TemplateData
+from monitor.rulefiles.expr import Labels, Samples
+from monitor.rulefiles.rules import AlertRule
+from monitor.rulefiles.templates import TemplateData
 
 State = Literal["pending", "firing"]
 

@@ -32,9 +32,9 @@ from monitor.alerting.grouping import (
 from monitor.alerting.model import Alert
 from monitor.alerting.receivers.base import Notification
 from monitor.alerting.runbooks import link_alert
+from monitor.alerting.store import AlertTransition, OutboxGroup, OutboxMember, OutboxNotification
 from monitor.config import ReceiverSettings
 from monitor.store.conflicts import retry_conflicts
-from monitor.store.outbox import AlertTransition, OutboxGroup, OutboxMember, OutboxNotification
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,9 @@
 """The rules' read-back of the /metrics page this process rendered, tick after tick.
 
 `infermon serve` renders /metrics once per publish tick; the embedded rules then read the samples
-they need back from that page, so they see exactly what a Prometheus scrape of it gets. At 1,000
-targets of 10 models the rules read 143,000 series of a 74 MB page: parsing their lines took
-~0.4 s a tick and matching them ~0.2 s more, yet tick after tick the series are the same and
-only their values move.
+they need back from that page, so they see exactly what a Prometheus scrape of it gets. Parsing
+and matching a large fleet's page in full every tick is most of an evaluation, yet tick after
+tick the series are the same and only their values move (docs/measurements.md has the numbers).
 
 `PageReader` reads only the families the rules read, each from its `# TYPE` line to the next
 comment (the renderer writes a family's samples there and nowhere else). A family's lines whose
@@ -23,8 +22,8 @@ import re
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from monitor.alerting.expr import Matcher, Sample, Series
 from monitor.promtext import Labels, Parser, family_names
+from monitor.rulefiles.expr import Matcher, Sample, Series
 
 # A line's last blank-separated field (its value, on a line that is `head value`), and the same
 # field when it can be a value read by `float` as the parser reads it (no '_', no blank).

@@ -23,7 +23,7 @@ from monitor.canary.outcome import OUTCOMES, Observed, Outcome, ProbeResult, jud
 from monitor.config import CanaryProbe, CanarySettings
 from monitor.health import HealthBook
 from monitor.redaction import safe_url
-from monitor.service.collector import ServiceView
+from monitor.service.view import ServiceView
 
 log = logging.getLogger("monitor.canary")
 COLLECTOR = "canary"

@@ -18,11 +18,11 @@ from monitor.config import Settings
 from monitor.cost.derive import CostNumbers, SpendHistory, baseline_ratios, derive_costs, split_by_day
 from monitor.cost.inventory import InventoryGpu, Pods, build_inventory
 from monitor.cost.prices import PriceBook
+from monitor.cost.store import CostLedger, Running, SpendPoints
 from monitor.health import HealthBook
 from monitor.infra.collector import InfraCollector
-from monitor.service.collector import ServiceCollector, ServiceView
-from monitor.store.baseline import SpendPoints
-from monitor.store.cost import CostLedger, Running
+from monitor.service.collector import ServiceCollector
+from monitor.service.view import ServiceView
 from monitor.store.session import Store
 from monitor.topology import GpuKey, Topology, TopologyMap
 

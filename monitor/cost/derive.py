@@ -25,9 +25,9 @@ from zoneinfo import ZoneInfo
 
 from monitor.cost.inventory import InventoryGpu
 from monitor.cost.prices import PriceBook, Quote
-from monitor.service.collector import ServiceView
 from monitor.service.derive import WindowStats
 from monitor.service.promql import fraction_at_or_below, histogram_quantile
+from monitor.service.view import ServiceView
 from monitor.topology import TopologyMap
 
 SECONDS_PER_HOUR = 3600.0

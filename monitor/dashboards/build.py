@@ -18,7 +18,8 @@ from grafana_foundation_sdk.models import dashboard as model
 
 from monitor.dashboards.layouts import DASHBOARDS
 from monitor.dashboards.spec import DashboardSpec, PanelSpec, Variable
-from monitor.dashboards.thresholds import RuleThreshold, rule_thresholds, steps_for
+from monitor.dashboards.thresholds import steps_for
+from monitor.rulefiles.thresholds import RuleThreshold, rule_thresholds
 
 TAG = "inference-monitor"
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")

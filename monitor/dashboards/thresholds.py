@@ -1,57 +1,16 @@
 """Panel thresholds read from the shipped alert rules, so a dashboard colours exactly where an alert fires.
 
-Each rule of `alerts/*.yml` is parsed by the embedded evaluator's own parser; every comparison
-of a selector with a number (`inference_gpu_temperature_celsius > 80`) is a threshold of that
-metric. Grafana colours a value by the highest step at or below it, so the colour of each
-interval between the numbers is the worst severity of the rules that fire inside it.
+Grafana colours a value by the highest step at or below it, so the colour of each interval
+between a metric's rule thresholds (`monitor/rulefiles/thresholds.py`) is the worst severity of
+the rules that fire inside it.
 """
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from pathlib import Path
+from monitor.rulefiles.thresholds import RuleThreshold
 
-from monitor.alerting.expr import Compare, Node, Selector, SetOp
-from monitor.alerting.rules import load_rules
-
-ALERTS_DIR = Path(__file__).resolve().parents[2] / "alerts"
 SEVERITY_COLOUR = {"": "green", "info": "blue", "warning": "orange", "critical": "red"}
 _RANK = {"": 0, "info": 1, "warning": 2, "critical": 3}
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne}
-
-
-@dataclass(frozen=True)
-class RuleThreshold:
-    alert: str
-    metric: str
-    op: str
-    value: float
-    severity: str
-
-    def fires(self, sample: float) -> bool:
-        return _OPS[self.op](sample, self.value)
-
-
-def _comparisons(node: Node) -> Iterable[Compare]:
-    if isinstance(node, Compare):
-        yield node
-    elif isinstance(node, SetOp):
-        yield from _comparisons(node.left)
-        yield from _comparisons(node.right)
-
-
-def rule_thresholds(alerts_dir: Path = ALERTS_DIR) -> list[RuleThreshold]:
-    """Every (metric, op, number) the shipped rules compare, with the rule's severity."""
-    found: list[RuleThreshold] = []
-    for rule in load_rules(sorted(alerts_dir.glob("*.yml"))).rules:
-        severity = rule.labels["severity"].text if "severity" in rule.labels else ""
-        for compare in _comparisons(rule.expr):
-            if isinstance(compare.operand, Selector):
-                found.append(RuleThreshold(rule.name, compare.operand.name, compare.op, compare.threshold, severity))
-    return found
 
 
 def steps_for(metric: str, rules: list[RuleThreshold]) -> list[tuple[float | None, str]]:

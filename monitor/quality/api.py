@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
@@ -13,18 +13,18 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
-from monitor.alerting.delivery import STUCK_AFTER
 from monitor.auth import access_guard
 from monitor.body import parse_json, read_limited
 from monitor.quality.redact import Redactor
 from monitor.quality.report import ModelReport, render_index, render_report
 from monitor.quality.sample import Sample, SampleIn
 from monitor.quality.sampling import baseline_dates
-from monitor.store.quality import QualityRun
-from monitor.store.worker import StoreUnavailable
+from monitor.quality.store import QualityRun, QualityStore
+from monitor.quality.summary import QualitySummary
+from monitor.store.worker import STUCK_AFTER, StoreUnavailable, StoreWorker
 
 if TYPE_CHECKING:
-    from monitor.runtime import Monitor
+    from monitor.config import Settings
 
 log = logging.getLogger("monitor.quality.api")
 
@@ -32,19 +32,20 @@ MAX_SAMPLES_PER_REQUEST = 1000
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
-def quality_router(monitor: Monitor) -> APIRouter:
+def quality_router(settings: Settings, store: QualityStore, store_io: StoreWorker,
+                   wall: Callable[[], float]) -> APIRouter:
+    """`store_io`: the monitor's store thread, where samples are written off the loop."""
     router = APIRouter()
-    settings = monitor.settings.quality
-    store = monitor.quality.store
-    redact = Redactor(settings.redact)
+    quality = settings.quality
+    redact = Redactor(quality.redact)
 
-    @router.post("/api/v1/samples", status_code=202, dependencies=[Depends(access_guard(monitor.settings))])
+    @router.post("/api/v1/samples", status_code=202, dependencies=[Depends(access_guard(settings))])
     async def post_samples(request: Request) -> Any:
-        body = await read_limited(request, settings.max_body_bytes)
-        samples = await asyncio.to_thread(_parse_samples, body, monitor.wall(), settings.max_text_chars)
+        body = await read_limited(request, quality.max_body_bytes)
+        samples = await asyncio.to_thread(_parse_samples, body, wall(), quality.max_text_chars)
         redacted = [s.redacted(redact) for s in samples]
         try:
-            added = await monitor.store_io.call(store.add_samples, redacted, stuck_after=STUCK_AFTER)
+            added = await store_io.call(store.add_samples, redacted, stuck_after=STUCK_AFTER)
         except (SQLAlchemyError, StoreUnavailable) as exc:  # full disk, locked or read-only: the sender retries
             log.error("samples: cannot store %d sample(s): %s", len(samples), type(exc).__name__)
             return JSONResponse({"error": "cannot store the samples now; retry"}, status_code=503)
@@ -71,7 +72,7 @@ def quality_router(monitor: Monitor) -> APIRouter:
     @router.get("/reports/quality", response_class=HTMLResponse)
     @router.get("/reports/quality/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:
-        return HTMLResponse(render_index([(run.date, run.model, json.loads(run.summary or "{}"))
+        return HTMLResponse(render_index([(run.date, run.model, QualitySummary.from_stored(run.summary))
                                           for run in store.done_runs()]))
 
     @router.get("/reports/quality/{date}", response_class=HTMLResponse)
@@ -79,11 +80,11 @@ def quality_router(monitor: Monitor) -> APIRouter:
         found = [run for run in store.runs_on(_checked(date)) if run.status == "done"]
         if not found:
             raise HTTPException(404, f"no finished quality run on {date}")
-        days = baseline_dates(date, settings.baseline_days)
-        summaries = {run.id: json.loads(run.summary or "{}") for run in found}
+        days = baseline_dates(date, quality.baseline_days)
+        summaries = {run.id: QualitySummary.from_stored(run.summary) for run in found}
         # The baseline days only where the run had a baseline (its days covered): see run._finish.
         models = [ModelReport(run, summaries[run.id], store.judgments(run.id), store.baseline_lengths(
-            run.model, days if summaries[run.id].get("baseline", "ready") == "ready" else [])) for run in found]
+            run.model, days if summaries[run.id].baseline_ready else [])) for run in found]
         dates = [run.date for run in store.done_runs()]
         return HTMLResponse(render_report(date, models, dates))
 
@@ -114,9 +115,13 @@ def _checked(date: str) -> str:
 
 
 def _run_json(run: QualityRun, brief: bool = False) -> dict[str, Any]:
-    summary = json.loads(run.summary or "{}")
+    summary = QualitySummary.from_stored(run.summary)
     out: dict[str, Any] = {"status": run.status, "started": run.started, "finished": run.finished}
-    keys = ("samples", "score_mean", "refusal_ratio", "hallucination_ratio", "psi", "ks_pvalue", "judge_errors",
-            "judge_cost_usd") if brief else summary.keys()
-    out.update({k: summary.get(k) for k in keys})
+    if not brief:
+        out.update(summary.to_json())  # every key the run stored, as stored
+        return out
+    out.update({"samples": summary.samples, "score_mean": summary.score_mean, "refusal_ratio": summary.refusal_ratio,
+                "hallucination_ratio": summary.hallucination_ratio, "psi": summary.psi,
+                "ks_pvalue": summary.ks_pvalue, "judge_errors": summary.judge_errors,
+                "judge_cost_usd": summary.judge_cost_usd})
     return out

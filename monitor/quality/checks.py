@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from monitor.quality.summary import LengthStats, QualitySummary
+
 # The screen catches the stock phrasings; the judge's flag catches the rest.
 REFUSAL_PATTERNS = [
     r"\bI'?m sorry,? but I (?:can(?:no|')t|won'?t|am unable)",
@@ -131,7 +133,7 @@ def run_failure(sampled: int, errors: int, judged: int) -> str | None:
 
 
 def summarise(judged: Sequence[Judged], baseline_lengths: Sequence[int], baseline: dict[str, float | None],
-              available: int, sample_size: int) -> dict[str, Any]:
+              available: int, sample_size: int) -> QualitySummary:
     """The run's numbers for one model (the API's per-model object, stored with the run).
 
     `baseline`: score_mean and refusal_ratio averaged over the baseline days' runs.
@@ -154,43 +156,43 @@ def summarise(judged: Sequence[Judged], baseline_lengths: Sequence[int], baselin
     low, high = wilson_interval(refusals, len(judged))
     base_mean_len = float(np.mean(baseline_lengths)) if len(baseline_lengths) else None
     mean_len = float(np.mean(lengths)) if lengths else None
-    return {
-        "samples": len(scored),
-        "sampled": len(judged),
-        "available": available,
-        "sample_size": sample_size,
-        "short_of_sample_size": max(0, sample_size - available),
-        "score_mean": score_mean,
-        "score_histogram": {str(s): sum(1 for j in scored if j.score == s) for s in range(1, 6)},
-        "refusals": refusals,
-        "refusal_ratio": refusal_ratio,
-        "refusal_ratio_ci95": [low, high] if judged else None,
-        "refusals_by_keyword": sum(1 for j in judged if j.refusal_keyword),
-        "refusals_by_judge": sum(1 for j, odd in zip(judged, suspect, strict=True) if j.refusal and not odd),
-        "hallucination_ratio": hallucinations / len(scored) if scored else None,
-        "output_tokens": _length_stats(lengths),
-        "baseline_output_tokens": _length_stats(list(baseline_lengths)),
-        "output_length_mean_change_ratio": (
+    return QualitySummary(
+        samples=len(scored),
+        sampled=len(judged),
+        available=available,
+        sample_size=sample_size,
+        short_of_sample_size=max(0, sample_size - available),
+        score_mean=score_mean,
+        score_histogram={str(s): sum(1 for j in scored if j.score == s) for s in range(1, 6)},
+        refusals=refusals,
+        refusal_ratio=refusal_ratio,
+        refusal_ratio_ci95=(low, high) if judged else None,
+        refusals_by_keyword=sum(1 for j in judged if j.refusal_keyword),
+        refusals_by_judge=sum(1 for j, odd in zip(judged, suspect, strict=True) if j.refusal and not odd),
+        hallucination_ratio=hallucinations / len(scored) if scored else None,
+        output_tokens=_length_stats(lengths),
+        baseline_output_tokens=_length_stats(list(baseline_lengths)),
+        output_length_mean_change_ratio=(
             (mean_len - base_mean_len) / base_mean_len if mean_len is not None and base_mean_len else None
         ),
-        "psi": psi(baseline_lengths, lengths),
-        "ks_pvalue": ks_pvalue(baseline_lengths, lengths),
-        "baseline_score_mean": baseline.get("score_mean"),
-        "score_baseline_delta": (
+        psi=psi(baseline_lengths, lengths),
+        ks_pvalue=ks_pvalue(baseline_lengths, lengths),
+        baseline_score_mean=baseline.get("score_mean"),
+        score_baseline_delta=(
             score_mean - b if score_mean is not None and (b := baseline.get("score_mean")) is not None else None
         ),
-        "baseline_refusal_ratio": baseline.get("refusal_ratio"),
+        baseline_refusal_ratio=baseline.get("refusal_ratio"),
         # JSON has no infinity: a first refusal after a baseline of none is null here, +Inf in /metrics.
-        "refusal_baseline_ratio": _finite(refusal_baseline_ratio(refusal_ratio, baseline.get("refusal_ratio"))),
-        "judge_errors": errors,
-        "judge_error_ratio": errors / len(judged) if judged else None,
-        "judged_ratio": len(valid) / len(judged) if judged else None,
-        "suspect_verdicts": sum(suspect),
-        "failed": failed,
-        "judge_input_tokens": sum(j.input_tokens for j in judged),
-        "judge_output_tokens": sum(j.output_tokens for j in judged),
-        "judge_cost_usd": sum(j.cost_usd for j in judged),
-    }
+        refusal_baseline_ratio=_finite(refusal_baseline_ratio(refusal_ratio, baseline.get("refusal_ratio"))),
+        judge_errors=errors,
+        judge_error_ratio=errors / len(judged) if judged else None,
+        judged_ratio=len(valid) / len(judged) if judged else None,
+        suspect_verdicts=sum(suspect),
+        failed=failed,
+        judge_input_tokens=sum(j.input_tokens for j in judged),
+        judge_output_tokens=sum(j.output_tokens for j in judged),
+        judge_cost_usd=sum(j.cost_usd for j in judged),
+    )
 
 
 def _finite(value: float | None) -> float | None:
@@ -206,14 +208,9 @@ def refusal_baseline_ratio(value: float | None, base: float | None) -> float | N
     return value / base
 
 
-def _length_stats(lengths: list[int]) -> dict[str, float] | None:
+def _length_stats(lengths: list[int]) -> LengthStats | None:
     if not lengths:
         return None
     values = np.asarray(lengths, dtype=float)
-    return {
-        "count": len(lengths),
-        "sum": float(values.sum()),
-        "mean": float(values.mean()),
-        "p50": float(np.quantile(values, 0.5)),
-        "p95": float(np.quantile(values, 0.95)),
-    }
+    return LengthStats(len(lengths), float(values.sum()), float(values.mean()), float(np.quantile(values, 0.5)),
+                       float(np.quantile(values, 0.95)))

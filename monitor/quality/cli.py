@@ -27,7 +27,7 @@ def run_command(settings: Settings, date: str | None, models: list[str] | None, 
     from monitor.quality.layer import build_sources
     from monitor.quality.run import QualityRunError, QualityRunner
     from monitor.quality.sampling import previous_day
-    from monitor.store.quality import QualityStore
+    from monitor.quality.store import QualityStore
     from monitor.store.session import Store
 
     day = date or previous_day(time.time(), settings.quality.timezone)

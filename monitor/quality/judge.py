@@ -43,7 +43,7 @@ from monitor.quality.completion import (
     usage_counts,
 )
 from monitor.quality.judge_http import AnswerRejected, ApiKey, answer_cap, capped_client
-from monitor.store.quality import Verdict
+from monitor.quality.store import Verdict
 
 __all__ = ["Judge", "JudgeInput", "UnparseableAnswer", "build_prompt", "parse_answer"]
 

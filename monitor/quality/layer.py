@@ -7,7 +7,6 @@ process's schedule, `infermon quality run` in another process, another replica) 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import time
@@ -25,8 +24,9 @@ from monitor.quality.sources import SampleSource
 from monitor.quality.sources.jsonl import JsonlSource
 from monitor.quality.sources.langfuse import LangfuseSource
 from monitor.quality.sources.requestlog import RequestLogSource
+from monitor.quality.store import QualityStore
+from monitor.quality.summary import QualitySummary
 from monitor.redaction import safe_url
-from monitor.store.quality import QualityStore
 
 log = logging.getLogger("monitor.quality")
 
@@ -35,7 +35,7 @@ log = logging.getLogger("monitor.quality")
 class ModelResult:
     date: str
     finished: float
-    summary: dict[str, Any]
+    summary: QualitySummary
 
 
 @dataclass
@@ -102,7 +102,7 @@ class QualityLayer:
             latest: dict[str, ModelResult] = {}
             for run in await self._store(self.store.done_runs):  # newest date first
                 if run.model not in latest and run.finished is not None:
-                    latest[run.model] = ModelResult(run.date, run.finished, json.loads(run.summary or "{}"))
+                    latest[run.model] = ModelResult(run.date, run.finished, QualitySummary.from_stored(run.summary))
             self.view = QualityView(latest, await self._store(self.store.total_judge_cost), loaded=True)
         except Exception as exc:  # the store being briefly locked must not break the job
             log.warning("quality: reading the latest runs failed: %s", exc)

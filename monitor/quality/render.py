@@ -8,28 +8,29 @@ relative change of the mean length, and the age of the last run.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import Metric
 
 from monitor.catalog import family
 from monitor.quality.checks import refusal_baseline_ratio
 from monitor.quality.layer import QualityView
+from monitor.quality.summary import LengthStats, QualitySummary
 
-# metric -> key in a run's summary (see checks.summarise)
-_GAUGES = {
-    "inference_quality_score_mean": "score_mean",
-    "inference_quality_samples": "samples",
-    "inference_quality_refusal_ratio": "refusal_ratio",
-    "inference_quality_hallucination_ratio": "hallucination_ratio",
-    "inference_quality_output_length_psi": "psi",
-    "inference_quality_output_length_ks_pvalue": "ks_pvalue",
-    "inference_quality_output_length_mean_change_ratio": "output_length_mean_change_ratio",
-    "inference_quality_score_baseline_delta": "score_baseline_delta",
-    "inference_quality_judge_errors": "judge_errors",
-    "inference_quality_judge_error_ratio": "judge_error_ratio",
-    "inference_quality_judged_ratio": "judged_ratio",
-    "inference_quality_judge_suspect_verdicts": "suspect_verdicts",
+# metric -> its number in a run's summary
+_GAUGES: dict[str, Callable[[QualitySummary], float | None]] = {
+    "inference_quality_score_mean": lambda s: s.score_mean,
+    "inference_quality_samples": lambda s: s.samples,
+    "inference_quality_refusal_ratio": lambda s: s.refusal_ratio,
+    "inference_quality_hallucination_ratio": lambda s: s.hallucination_ratio,
+    "inference_quality_output_length_psi": lambda s: s.psi,
+    "inference_quality_output_length_ks_pvalue": lambda s: s.ks_pvalue,
+    "inference_quality_output_length_mean_change_ratio": lambda s: s.output_length_mean_change_ratio,
+    "inference_quality_score_baseline_delta": lambda s: s.score_baseline_delta,
+    "inference_quality_judge_errors": lambda s: s.judge_errors,
+    "inference_quality_judge_error_ratio": lambda s: s.judge_error_ratio,
+    "inference_quality_judged_ratio": lambda s: s.judged_ratio,
+    "inference_quality_judge_suspect_verdicts": lambda s: s.suspect_verdicts,
 }
 
 
@@ -45,16 +46,16 @@ def render_quality(view: QualityView, now: float) -> Iterator[Metric]:
     for model, result in sorted(view.latest.items()):
         labels = {"model": model}
         summary = result.summary
-        for name, key in _GAUGES.items():
-            value = summary.get(key)
+        for name, number in _GAUGES.items():
+            value = number(summary)
             if value is not None:
                 families[name].add_sample(name, labels, float(value))
-        ratio = refusal_baseline_ratio(summary.get("refusal_ratio"), summary.get("baseline_refusal_ratio"))
+        ratio = refusal_baseline_ratio(summary.refusal_ratio, summary.baseline_refusal_ratio)
         if ratio is not None:
             refusal_ratio.add_sample(refusal_ratio.name, labels, ratio)
-        if "failed" in summary:  # runs stored before #17 do not say
-            failed.add_sample(failed.name, labels, 1.0 if summary["failed"] else 0.0)
-        _add_length_summary(tokens, labels, summary.get("output_tokens"))
+        if summary.has("failed"):  # runs stored before the judge-failure check do not say
+            failed.add_sample(failed.name, labels, 1.0 if summary.failed else 0.0)
+        _add_length_summary(tokens, labels, summary.output_tokens)
         last_run.add_sample(last_run.name, labels, result.finished)
         age.add_sample(age.name, labels, max(0.0, now - result.finished))
     yield from families.values()
@@ -68,11 +69,11 @@ def render_quality(view: QualityView, now: float) -> Iterator[Metric]:
     yield cost
 
 
-def _add_length_summary(fam: Metric, labels: dict[str, str], stats: dict[str, float] | None) -> None:
+def _add_length_summary(fam: Metric, labels: dict[str, str], stats: LengthStats | None) -> None:
     if not stats:
         return
-    for quantile, key in (("0.5", "p50"), ("0.95", "p95")):
-        if math.isfinite(stats[key]):
-            fam.add_sample(fam.name, {**labels, "quantile": quantile}, stats[key])
-    fam.add_sample(f"{fam.name}_count", labels, float(stats["count"]))
-    fam.add_sample(f"{fam.name}_sum", labels, stats["sum"])
+    for quantile, value in (("0.5", stats.p50), ("0.95", stats.p95)):
+        if math.isfinite(value):
+            fam.add_sample(fam.name, {**labels, "quantile": quantile}, value)
+    fam.add_sample(f"{fam.name}_count", labels, float(stats.count))
+    fam.add_sample(f"{fam.name}_sum", labels, stats.sum)

@@ -7,16 +7,25 @@ scored, the refused, the hallucinated — with the judge's reasons.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from monitor.store.quality import QualityJudgment, QualityRun
+from monitor.quality.store import QualityJudgment, QualityRun
+from monitor.quality.summary import QualitySummary
+from monitor.rulefiles.rules import RulesError, resolve
+from monitor.rulefiles.thresholds import RuleThreshold, rule_thresholds
+
+log = logging.getLogger("monitor.quality.report")
 
 WORST = 10
+KS_SIGNIFICANCE = 0.05  # the usual 5 % level: no alert rule compares the KS p-value
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#1d2430;padding:0 1em}
 h1{font-size:22px}h2{font-size:18px;margin-top:2em;border-bottom:1px solid #ccd}h3{font-size:15px}
@@ -38,7 +47,7 @@ _HEAD = ('<!doctype html><html lang="en"><head><meta charset="utf-8">'
 @dataclass(frozen=True)
 class ModelReport:
     run: QualityRun
-    summary: dict[str, Any]
+    summary: QualitySummary
     judgments: Sequence[QualityJudgment]
     baseline_lengths: Sequence[int]
 
@@ -56,12 +65,23 @@ def _nav(date: str | None, dates: Sequence[str]) -> str:
     return f"<nav>{' · '.join(links)}</nav>"
 
 
-def render_index(runs: Sequence[tuple[str, str, dict[str, Any]]]) -> str:
+@functools.cache
+def shipped_thresholds() -> tuple[RuleThreshold, ...]:
+    """The thresholds of the `alerts/` rules the monitor runs with (looked up as the evaluator does:
+    the working directory, then the project). Unreadable rules leave the cards unflagged."""
+    try:
+        return tuple(rule_thresholds(resolve(Path("alerts"))))
+    except RulesError as exc:
+        log.warning("quality report: cannot read the alert rules' thresholds: %s", exc)
+        return ()
+
+
+def render_index(runs: Sequence[tuple[str, str, QualitySummary]]) -> str:
     """GET /reports/quality: every finished run (date, model, summary), newest first."""
     rows = [f'<tr><td><a href="/reports/quality/{escape(date)}">{escape(date)}</a></td><td>{escape(model)}</td>'
-            f'<td class="n">{escape(_num(s.get("score_mean"), 2))}</td><td class="n">{s.get("samples", 0)}</td>'
-            f'<td class="n">{escape(_pct(s.get("refusal_ratio")))}</td>'
-            f'<td class="n">{escape(_pct(s.get("hallucination_ratio")))}</td></tr>' for date, model, s in runs]
+            f'<td class="n">{escape(_num(s.score_mean, 2))}</td><td class="n">{s.samples or 0}</td>'
+            f'<td class="n">{escape(_pct(s.refusal_ratio))}</td>'
+            f'<td class="n">{escape(_pct(s.hallucination_ratio))}</td></tr>' for date, model, s in runs]
     table = ("<table><tr><th>date</th><th>model</th><th class=\"n\">score</th><th class=\"n\">samples</th>"
              "<th class=\"n\">refusals</th><th class=\"n\">hallucinations</th></tr>" + "".join(rows) + "</table>"
              if rows else '<p class="muted">No finished quality run yet (daily; <code>infermon quality run</code> '
@@ -70,47 +90,56 @@ def render_index(runs: Sequence[tuple[str, str, dict[str, Any]]]) -> str:
             f"<h1>Quality runs</h1>{table}</body></html>")
 
 
-def render_report(date: str, models: Sequence[ModelReport], dates: Sequence[str] = ()) -> str:
+def render_report(date: str, models: Sequence[ModelReport], dates: Sequence[str] = (),
+                  thresholds: Sequence[RuleThreshold] | None = None) -> str:
+    """The day's page; a number is flagged where an alert rule on its metric fires (`thresholds`:
+    the shipped rules' by default)."""
+    rules = shipped_thresholds() if thresholds is None else thresholds
     body = [_nav(date, dates), f"<h1>Quality run {escape(date)}</h1>",
             '<p class="muted">Judged by an LLM on a daily sample; lengths in tokens (estimated where the '
             "request did not say). Compared with the previous days' sampled responses.</p>"]
     for model in models:
-        body.append(_model_section(model))
+        body.append(_model_section(model, rules))
     return (f"{_HEAD}<title>Quality {escape(date)}</title>"
             f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>")
 
 
-def _model_section(model: ModelReport) -> str:
+def _model_section(model: ModelReport, rules: Sequence[RuleThreshold]) -> str:
     s = model.summary
+
+    def fires(metric: str, value: float | None) -> bool:
+        return value is not None and any(r.fires(value) for r in rules if r.metric == metric)
+
     cards = [
-        ("score mean", _num(s.get("score_mean"), 2), _bad(s.get("score_mean"), lambda v: v < 3.5)),
-        ("vs baseline", _num(s.get("score_baseline_delta"), 2, signed=True),
-         _bad(s.get("score_baseline_delta"), lambda v: v < -0.5)),
-        ("judged", f"{s.get('samples', 0)} / {s.get('sampled', 0)}", False),
-        ("refusals", _pct(s.get("refusal_ratio")) + _ci(s.get("refusal_ratio_ci95")),
-         _bad(s.get("refusal_ratio"), lambda v: v > 0.05)),
-        ("hallucinations", _pct(s.get("hallucination_ratio")), _bad(s.get("hallucination_ratio"), lambda v: v > 0.05)),
-        ("length PSI", _num(s.get("psi"), 3), _bad(s.get("psi"), lambda v: v > 0.25)),
-        ("KS p-value", _num(s.get("ks_pvalue"), 3), _bad(s.get("ks_pvalue"), lambda v: v < 0.05)),
-        ("mean length change", _pct(s.get("output_length_mean_change_ratio"), signed=True),
-         _bad(s.get("output_length_mean_change_ratio"), lambda v: abs(v) > 0.3)),
-        ("judge errors", str(s.get("judge_errors", 0)), bool(s.get("judge_errors"))),
-        ("suspect verdicts", str(s.get("suspect_verdicts", 0)), bool(s.get("suspect_verdicts"))),
-        ("judge cost", f"${s.get('judge_cost_usd', 0.0):.4f}", False),
+        ("score mean", _num(s.score_mean, 2), fires("inference_quality_score_mean", s.score_mean)),
+        ("vs baseline", _num(s.score_baseline_delta, 2, signed=True),
+         fires("inference_quality_score_baseline_delta", s.score_baseline_delta)),
+        ("judged", f"{s.samples or 0} / {s.sampled or 0}", False),
+        ("refusals", _pct(s.refusal_ratio) + _ci(s.refusal_ratio_ci95),
+         fires("inference_quality_refusal_ratio", s.refusal_ratio)),
+        ("hallucinations", _pct(s.hallucination_ratio),
+         fires("inference_quality_hallucination_ratio", s.hallucination_ratio)),
+        ("length PSI", _num(s.psi, 3), fires("inference_quality_output_length_psi", s.psi)),
+        ("KS p-value", _num(s.ks_pvalue, 3), s.ks_pvalue is not None and s.ks_pvalue < KS_SIGNIFICANCE),
+        ("mean length change", _pct(s.output_length_mean_change_ratio, signed=True),
+         fires("inference_quality_output_length_mean_change_ratio", s.output_length_mean_change_ratio)),
+        ("judge errors", str(s.judge_errors or 0), bool(s.judge_errors)),
+        ("suspect verdicts", str(s.suspect_verdicts or 0), bool(s.suspect_verdicts)),
+        ("judge cost", f"${s.judge_cost_usd or 0.0:.4f}", False),
     ]
     html = [f"<h2>{escape(model.run.model)}</h2>"]
-    if s.get("failed"):
-        html.append(f'<p class="card bad">FAILED: {escape(str(s["failed"]))}: the run has no score; '
+    if s.failed:
+        html.append(f'<p class="card bad">FAILED: {escape(str(s.failed))}: the run has no score; '
                     "its numbers are the judge's failure, not the model's quality.</p>")
     html.append('<div class="cards">')
     html += [f'<div class="card{" bad" if bad else ""}">{escape(label)}<b>{escape(value)}</b></div>'
              for label, value, bad in cards]
     html.append("</div>")
-    if s.get("note"):
-        html.append(f'<p class="muted">{escape(str(s["note"]))}</p>')
+    if s.note:
+        html.append(f'<p class="muted">{escape(str(s.note))}</p>')
     lengths = [j.length_tokens for j in model.judgments]
     html.append('<div class="charts">')
-    html.append(_score_chart(s.get("score_histogram") or {}))
+    html.append(_score_chart(s.score_histogram or {}))
     html.append(_length_chart(lengths, list(model.baseline_lengths)))
     html.append("</div>")
     judged = [j for j in model.judgments if j.score is not None]
@@ -123,7 +152,7 @@ def _model_section(model: ModelReport) -> str:
     return "".join(html)
 
 
-def _score_chart(histogram: dict[str, int]) -> str:
+def _score_chart(histogram: Mapping[str, int]) -> str:
     counts = [int(histogram.get(str(s), 0)) for s in range(1, 6)]
     top = max(counts) or 1
     width, height, bar = 320, 180, 44
@@ -200,6 +229,3 @@ def _pct(value: Any, signed: bool = False) -> str:
 def _ci(interval: Any) -> str:
     return f" ({interval[0] * 100:.1f}–{interval[1] * 100:.1f})" if interval else ""
 
-
-def _bad(value: Any, test: Any) -> bool:
-    return value is not None and bool(test(value))

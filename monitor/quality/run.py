@@ -9,7 +9,6 @@ pending ones.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import os
@@ -17,7 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlparse
 
@@ -29,7 +28,8 @@ from monitor.quality.sample import Sample
 from monitor.quality.sampling import baseline_dates, day_window, draw
 from monitor.quality.sources import SampleSource
 from monitor.quality.sources.langfuse import LangfuseSource, ScoreWrite
-from monitor.store.quality import QualityJudgment, QualityStore
+from monitor.quality.store import QualityJudgment, QualityStore
+from monitor.quality.summary import QualitySummary
 
 log = logging.getLogger("monitor.quality.run")
 
@@ -120,7 +120,7 @@ class QualityRunner:
         existing = self.store.run(day, model)
         if existing is not None and existing.status == "done" and not force:
             note = "already done (--force judges again)"
-            failed = json.loads(existing.summary or "{}").get("failed")  # a failed run stays failed until judged again
+            failed = QualitySummary.from_stored(existing.summary).failed  # a failed run stays failed until judged again
             return ModelOutcome(day, model, "skipped", existing.available, note=note, failed=failed), judge
         if existing is not None and force:
             self.store.delete_run(existing.id)
@@ -197,22 +197,23 @@ class QualityRunner:
                          r.cost_usd, r.input_tokens, r.judge_output_tokens, r.reason, r.response) for r in rows]
         days = baseline_dates(day, self.settings.baseline_days)
         covered = {run.date for run in self.store.done_runs(model, days)
-                   if json.loads(run.summary or "{}").get("sampled")}
+                   if QualitySummary.from_stored(run.summary).sampled}
         # A baseline exists only when its days are covered (as the service's): 1 day is no 7-day baseline.
         ready = len(covered) >= math.ceil(self.settings.baseline_min_coverage * len(days) - 1e-9)
         base_days = days if ready else []
         summary = summarise(judged, self.store.baseline_lengths(model, base_days), self._baseline(model, base_days),
                             outcome.available, self.settings.sample_size)
-        summary["baseline_days_covered"], summary["baseline_days"] = len(covered), len(days)
-        summary["baseline"] = "ready" if ready else f"baseline warming up: {len(covered)} of {len(days)} days"
-        summary["note"] = outcome.note or None
-        self.store.finish_run(run_id, summary, self.wall())
+        summary = replace(
+            summary, baseline_days_covered=len(covered), baseline_days=len(days),
+            baseline="ready" if ready else f"baseline warming up: {len(covered)} of {len(days)} days",
+            note=outcome.note or None)
+        self.store.finish_run(run_id, summary.to_json(), self.wall())
         outcome.sampled = len(rows)
         outcome.judged_now = sum(1 for r in rows if r.judged_at is not None)
-        outcome.judge_errors = summary["judge_errors"]
-        outcome.suspect_verdicts = summary["suspect_verdicts"]
-        outcome.failed = summary["failed"]
-        outcome.cost_usd = summary["judge_cost_usd"]
+        outcome.judge_errors = summary.judge_errors or 0
+        outcome.suspect_verdicts = summary.suspect_verdicts or 0
+        outcome.failed = summary.failed
+        outcome.cost_usd = summary.judge_cost_usd or 0.0
         if outcome.failed:
             log.warning("quality %s %s: the run failed: %s (no score)", day, model, outcome.failed)
 
@@ -220,12 +221,15 @@ class QualityRunner:
         """Score mean and refusal ratio over the baseline days' runs, weighted by their samples."""
         totals: dict[str, list[float]] = {"score_mean": [0.0, 0.0], "refusal_ratio": [0.0, 0.0]}
         for run in self.store.done_runs(model, days):
-            summary = json.loads(run.summary or "{}")
-            weights = {"score_mean": summary.get("samples") or 0, "refusal_ratio": summary.get("sampled") or 0}
+            summary = QualitySummary.from_stored(run.summary)
+            # each number weighted by what it counts: scored samples, sampled responses
+            numbers = {"score_mean": (summary.score_mean, summary.samples or 0),
+                       "refusal_ratio": (summary.refusal_ratio, summary.sampled or 0)}
             for key, pair in totals.items():
-                if summary.get(key) is not None and weights[key]:
-                    pair[0] += summary[key] * weights[key]
-                    pair[1] += weights[key]
+                value, weight = numbers[key]
+                if value is not None and weight:
+                    pair[0] += value * weight
+                    pair[1] += weight
         return {key: (pair[0] / pair[1] if pair[1] else None) for key, pair in totals.items()}
 
     async def _write_back(self, day: str, model: str, run_id: int) -> None:

@@ -1,5 +1,9 @@
 """The service layer's job: scrape every engine target, keep windows, derive the numbers.
 
+This module keeps the target set (static and file_sd), fetches the pages, writes the baseline
+points and reports status; what a page does to its target (parse, windows, derivation, baseline
+points) is monitor.service.target's, run here or in a parse worker process (monitor.service.workers).
+
 Two ways to drive it:
 
 - `collect()` (tests, `infermon check`, `run_once`): one run scrapes all targets concurrently
@@ -21,161 +25,33 @@ waiting, neither up nor down.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import ssl
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import httpx
 
 from monitor.aio import Turns, finish
 from monitor.config import ServiceSettings, ServiceTarget, Target
 from monitor.health import HealthBook
-from monitor.promtext import PageError, Parser, check_text
+from monitor.promtext import PageError
 from monitor.redaction import redact_urls, safe_url
-from monitor.scrape import ScrapeError, TargetConnection, fetch_page, fetch_target_page, target_connection
-from monitor.service.budget import (
-    REFUSE_INTERVALS,
-    TargetRefused,
-    WorkerStuck,
-    check_models,
-    check_series,
-    slow_reason,
-    stuck_reason,
-)
-from monitor.service.derive import (
-    BASELINE_COUNTERS,
-    LENGTH_HISTOGRAMS,
-    Objectives,
-    Rates,
-    Window,
-    WindowStats,
-    baseline_state,
-    fleet_rates,
-    stats_many,
-    window_rates,
-)
+from monitor.scrape import ScrapeError, fetch_page, fetch_target_page, target_connection
+from monitor.service.baseline import BaselineHistory, Point
+from monitor.service.budget import REFUSE_INTERVALS, TargetRefused, WorkerStuck, slow_reason, stuck_reason
+from monitor.service.derive import Rates, WindowStats, baseline_state, fleet_rates, stats_many
 from monitor.service.discovery import DiscoveryError, FileDiscovery
-from monitor.service.engines import EngineSpec, detect, find_engine, is_router, router_sample
-from monitor.service.extract import SPLIT_VALUES, ExtractMemo, LoraState, Snapshot, extract
-from monitor.service.recognize import unrecognized_reason
-from monitor.service.series import SeriesStore
 from monitor.service.shard import owned
-from monitor.store.baseline import BaselineHistory, Point
-
-if TYPE_CHECKING:
-    from monitor.service.workers import ParseWorkers
+from monitor.service.target import TargetPipeline, TargetState, apply_points, target_view
+from monitor.service.view import ServiceView, target_state
+from monitor.service.workers import MonitorFault, ParseWorkers
 
 log = logging.getLogger("monitor.service")
 COLLECTOR = "service"
 DISCOVERY = "file_sd"
 STALE_INTERVALS = 2  # a target not scraped successfully for this many intervals has no derived series
-_EPOCHS = itertools.count()
-ROUTER_PAGE = ("a router page (vLLM production-stack: vllm:current_qps{server}), not a serving engine: "
-               "scrape the engines behind it")
-TargetLines = tuple[tuple[object, ...], dict[str, str]]
-"""A target's lines of /metrics, family name -> lines, and the key of the view they were rendered for."""
-
-
-class MonitorFault(RuntimeError):
-    """The monitor, not the target, failed to read a page it fetched (a parse worker died): the
-    target keeps its state, and the collector's health says so."""
-
-
-@dataclass
-class Derived:
-    """One target's numbers, derived right after its scrape (evaluated at the scrape's time)."""
-
-    at: float
-    stats: dict[tuple[str, str], WindowStats]  # (model, window)
-    rates: dict[str, dict[str, Rates]]  # window -> model -> rates, for the fleet sums
-    # The target's lines of /metrics, family by family, as a parse worker rendered them for the
-    # view of the target (its `ServiceText` key) while it is up and fresh: not rendered again.
-    texts: TargetLines | None = None
-
-
-@dataclass
-class TargetState:
-    target: Target
-    parser: Parser = field(default_factory=Parser)
-    memo: ExtractMemo = field(default_factory=ExtractMemo)
-    store: SeriesStore = field(default_factory=lambda: SeriesStore(0.0))
-    baseline: SeriesStore = field(default_factory=lambda: SeriesStore(0.0))  # BASELINE_COUNTERS, lengths
-    latest: Snapshot | None = None
-    engine: EngineSpec | None = None
-    up: bool = False
-    unrecognized: str | None = None  # the page answered but is no engine's: what it holds
-    last_ok: float | None = None  # start of the last successful scrape
-    persisted_at: float | None = None  # time of the last baseline point queued for the store
-    last_scrape: float | None = None
-    error: str | None = None
-    page_bytes: int = 0
-    duplicates: int = 0
-    non_finite: int = 0
-    derived: Derived | None = None
-    cpu_wait: float = 0.0  # seconds the last scrape's parse waited for the worker thread
-    pool: TargetConnection | None = None  # the target's own connection (own_clients)
-    models: frozenset[str] = frozenset()  # the models of the last snapshot
-    epoch: int = field(default_factory=lambda: next(_EPOCHS))  # this state, among the target's states
-    sent_to: int = -1  # the parse worker (`service.parse_workers`) generation its baseline points went to
-    refused: bool = False  # its last page was over one of its budgets (monitor/service/budget.py)
-    refused_until: float | None = None  # monotonic time before which it is not scraped (a slow page)
-    ingest_seconds: float = 0.0  # the last page's parse and derivation (where it ran)
-
-
-@dataclass
-class TargetView:
-    name: str
-    up: bool
-    engine: str | None
-    generation: str | None
-    stale: bool = False  # up at its last scrape, but that was more than STALE_INTERVALS ago
-    note: str = ""  # the engine table's note: upstream state, numbers its page does not give
-    waiting: bool = False  # no scrape has finished yet: neither up nor down
-    recognized: bool = True  # False: the page answered but matches no engine table
-    detail: str | None = None  # why it is down or unrecognised
-    refused: bool = False  # down because its page was over one of its budgets (budget.py)
-    gauges: dict[str, dict[str, float]] = field(default_factory=dict)  # metric -> model -> value
-    labelled: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # ... -> rank/reason -> value
-    lora: LoraState | None = None
-    stats: dict[tuple[str, str], WindowStats] = field(default_factory=dict)  # (model, window)
-    texts: TargetLines | None = None  # `Derived.texts`
-
-
-def target_view(name: str, state: TargetState, up: bool, stale: bool) -> TargetView:
-    """The view of one target as its state says, without its numbers (`assemble` adds them)."""
-    engine = state.engine
-    return TargetView(
-        name=name,
-        up=up and not stale,
-        engine=engine.engine if engine else None,
-        generation=engine.generation if engine else None,
-        stale=stale,
-        note=engine.note() if engine else "",
-        waiting=not up and state.error is None,
-        recognized=state.unrecognized is None,
-        detail=state.error,
-        refused=state.refused,
-    )
-
-
-@dataclass
-class ServiceView:
-    ts: float
-    windows: list[Window]
-    objectives: Objectives
-    targets: dict[str, TargetView] = field(default_factory=dict)
-    fleet: dict[tuple[str, str], WindowStats] = field(default_factory=dict)  # (model, window)
-    baseline_seconds: float = 0.0
-    baseline_min_coverage: float = 0.0
-
-    def baseline(self, stats: WindowStats) -> str:
-        return baseline_state(stats.baseline_coverage, self.baseline_seconds, self.baseline_min_coverage)
 
 
 class ServiceCollector:
@@ -192,7 +68,9 @@ class ServiceCollector:
         self.settings = settings
         # The baselines' series at a coarse cadence, so that a restart does not blind them.
         self.history = history
-        self._pending: deque[Point] = deque()  # appended by the parse thread, taken by flush_baselines()
+        # Each target's page parsed and derived (here, or in a parse worker process); its baseline
+        # points queued for the store when there is one (a parse worker's are sent back).
+        self.pipeline = TargetPipeline(settings, persist=history is not None)
         self.client = client
         # A connection per target: one shared pool (httpx's, httpcore's) walks all its connections
         # (and polls each idle socket) on every request, which at a thousand kept-alive connections
@@ -202,10 +80,9 @@ class ServiceCollector:
         self._closing: set[asyncio.Task[None]] = set()
         self.health = health
         self.wall = wall
-        self.persist = history is not None  # queue baseline points (a parse worker's are sent back)
         self.workers = workers  # `service.parse_workers`: processes that keep the series, parse and derive
-        self.windows = [Window(w.text, w.seconds) for w in settings.windows]
-        self.objectives = Objectives(settings.slo.ttft.seconds, settings.slo.tpot.seconds)
+        self.windows = self.pipeline.windows
+        self.objectives = self.pipeline.objectives
         self.targets: dict[str, TargetState] = {}
         self.version = 0  # +1 on every change of the target table (the spreader follows it)
         self.static: list[ServiceTarget] = []
@@ -256,18 +133,8 @@ class ServiceCollector:
         self.version += 1
 
     def _new_state(self, target: Target) -> TargetState:
-        interval = self.settings.scrape_interval.seconds
-        longest = max(w.seconds for w in self.windows)
-        baseline = self.settings.baseline_window.seconds
-        state = TargetState(
-            target,
-            store=SeriesStore(longest + interval),
-            # The baseline's rates read one baseline window before a window's start; how far back
-            # its history reaches (its coverage) is read over two, from the throughput's counter.
-            baseline=SeriesStore(longest + baseline + interval,
-                                 reach=("generation_tokens", longest + 2 * baseline + interval)),
-            pool=target_connection(self.settings, self._tls) if self._tls is not None else None,
-        )
+        pool = target_connection(self.settings, self._tls) if self._tls is not None else None
+        state = self.pipeline.new_state(target, pool)
         self._reload_baseline(state)
         return state
 
@@ -293,10 +160,7 @@ class ServiceCollector:
         """Write the queued baseline points and prune the ones the baselines no longer need."""
         if self.history is None:
             return
-        points = []
-        while self._pending:  # popleft and append are atomic: no point lost to a concurrent scrape
-            points.append(self._pending.popleft())
-        self.history.save(points, self.wall() - self._baseline_retention())
+        self.history.save(self.pipeline.take_points(), self.wall() - self._baseline_retention())
 
     def _retire(self, state: TargetState) -> None:
         """A target gone or changed: close its own pool (later, on the loop, if one runs)."""
@@ -343,13 +207,13 @@ class ServiceCollector:
                     fetched = await fetch_page(self.client, state.target.url, timeout, limit)
                 ingest_started = time.monotonic()
                 if cpu is None:
-                    self._ingest(state, fetched.text, fetched.openmetrics, started)
+                    self.pipeline.ingest(state, fetched.text, fetched.openmetrics, started)
                     state.ingest_seconds = time.monotonic() - ingest_started
                 elif self.workers is not None:
                     await self._ingest_elsewhere(self.workers, state, fetched.text, fetched.openmetrics, started)
                 else:
                     await asyncio.get_running_loop().run_in_executor(
-                        cpu, self._ingest_and_derive, state, fetched.text, fetched.openmetrics, started,
+                        cpu, self.pipeline.ingest_and_derive, state, fetched.text, fetched.openmetrics, started,
                         ingest_started)
                 state.page_bytes = fetched.size
                 self._within_time(state, state.ingest_seconds)
@@ -388,7 +252,7 @@ class ServiceCollector:
     async def _ingest_elsewhere(
         self, workers: ParseWorkers, state: TargetState, text: str, openmetrics: bool, ts: float
     ) -> None:
-        """`_ingest_and_derive` in the parse worker that keeps this target's series; what the
+        """`TargetPipeline.ingest_and_derive` in the parse worker that keeps this target's series; what the
         view and the status read comes back (`Ingested`)."""
         generation = workers.generation(state.target.name)
         reload = None
@@ -408,96 +272,25 @@ class ServiceCollector:
             state.derived = None  # the points may not have reached the worker: they go with the next page
             raise
         except Exception:
-            state.derived = None  # as `_ingest_and_derive` leaves it when the page fails
+            state.derived = None  # as `ingest_and_derive` leaves it when the page fails
             state.sent_to = generation  # the worker read the points before the page failed
             raise
         state.sent_to = generation
         done.apply(state)
         if reload:
             log.info("target %s: %d baseline points reloaded from the store", state.target.name, len(reload))
-        self._pending.extend(done.points)
-
-    def _ingest_and_derive(self, state: TargetState, text: str, openmetrics: bool, ts: float, queued: float) -> None:
-        began = time.monotonic()
-        state.cpu_wait = began - queued
-        state.derived = None
-        state.ingest_seconds = 0.0
-        self._ingest(state, text, openmetrics, ts)
-        if state.latest is not None:
-            state.derived = self._derive_target(state, ts)
-        state.ingest_seconds = time.monotonic() - began  # the work alone: not the queue, not a worker's start
-
-    def _ingest(self, state: TargetState, text: str, openmetrics: bool, ts: float) -> None:
-        check_text(text)
-        check_series(text, self.settings.max_series_per_target)  # before any parse: the page's lines alone
-        prefix = state.target.metric_prefix
-        spec = detect(text, prefix, state.target.engine)
-        if spec is None:
-            if is_router(text, prefix):
-                raise PageError(ROUTER_PAGE)
-            state.unrecognized = unrecognized_reason(text, state.parser, prefix, state.target.engine)
-            state.latest, state.engine, state.models = None, None, frozenset()
-            state.store.clear()
-            state.baseline.clear()
-            return
-        # The router's marker is among the names this parse reads: no scan of the page of its own.
-        page = state.parser.parse(text, spec.page_names(prefix), openmetrics)
-        if router_sample(page):
-            raise PageError(ROUTER_PAGE)
-        state.unrecognized = None
-        if spec is not state.engine:
-            # Another engine or generation: old snapshots use other names, start afresh.
-            state.store.clear()
-            state.baseline.clear()
-            state.engine = spec
-        default_model = state.target.model or "unknown"
-        snap = extract(page, spec, ts, default_model, state.memo)
-        check_models(len(snap.models()), self.settings.max_models_per_target)
-        if snap.split_dropped and (state.latest is None or not state.latest.split_dropped):
-            log.warning("target %s: %d samples past the first %d label values of a split counter (speculative-"
-                        "decoding positions) dropped", state.target.name, snap.split_dropped, SPLIT_VALUES)
-        state.duplicates, state.non_finite = page.duplicates, snap.non_finite
-        self._remember(state, snap)
-
-    def _remember(self, state: TargetState, snap: Snapshot) -> None:
-        state.latest = snap
-        state.models = frozenset(snap.models())
-        state.store.append(snap)
-        counters = {metric: snap.counters[metric] for metric in BASELINE_COUNTERS if metric in snap.counters}
-        counters.setdefault("generation_tokens", {})
-        lengths = {metric: snap.buckets[metric] for metric in LENGTH_HISTOGRAMS if metric in snap.buckets}
-        point = Snapshot(ts=snap.ts, counters=counters, buckets=lengths)
-        state.baseline.append(point)
-        cadence = max(self.settings.scrape_interval.seconds, self.settings.baseline_window.seconds / 60)
-        if self.persist and state.engine is not None and (
-                state.persisted_at is None or snap.ts - state.persisted_at >= cadence):
-            self._pending.append(Point(state.target.name, state.engine.engine, state.engine.generation, point))
-            state.persisted_at = snap.ts
+        self.pipeline.pending.extend(done.points)
 
     def derive(self, now: float) -> ServiceView:
         """Every target's numbers evaluated at `now` (after `collect()`: all scraped just before)."""
         for state in self.targets.values():
             fresh = state.up and state.latest is not None and not self.is_stale(state, now)
-            state.derived = self._derive_target(state, now) if fresh else None
+            state.derived = self.pipeline.derive(state, now) if fresh else None
         return self.assemble(now)
 
     def is_stale(self, state: TargetState, now: float) -> bool:
         last = state.latest.ts if state.latest is not None else state.last_ok
         return last is None or now - last > STALE_INTERVALS * self.settings.scrape_interval.seconds
-
-    def _derive_target(self, state: TargetState, now: float) -> Derived:
-        derived = Derived(at=now, stats={}, rates={})
-        counts_errors = state.engine is not None and "errors" in state.engine.counters
-        for window in self.windows:
-            derived.rates[window.label] = window_rates(
-                state.store, now, window, state.baseline, self.settings.baseline_window.seconds, counts_errors,
-                self.settings.baseline_min_coverage,
-            )
-        keys = [(model, label) for label, rates in derived.rates.items() for model in rates]
-        # Every window's histograms at once: one numpy pass per set of bucket bounds.
-        every = stats_many([derived.rates[label][model] for model, label in keys], self.objectives)
-        derived.stats = dict(zip(keys, every, strict=True))
-        return derived
 
     def assemble(self, now: float) -> ServiceView:
         """The view from each target's derived numbers; the fleet sums from their rates.
@@ -505,9 +298,7 @@ class ServiceCollector:
         Safe to run in a worker thread while the loop scrapes: it reads a copy of the target
         table and each target's last `Derived`, replaced whole, never changed in place.
         """
-        view = ServiceView(ts=now, windows=self.windows, objectives=self.objectives,
-                           baseline_seconds=self.settings.baseline_window.seconds,
-                           baseline_min_coverage=self.settings.baseline_min_coverage)
+        view = self.pipeline.empty_view(now)
         per_window: dict[str, list[dict[str, Rates]]] = {w.label: [] for w in self.windows}
         # (model, window) -> the stats of every target serving it, to skip a fleet sum of one.
         served: dict[tuple[str, str], list[WindowStats]] = {}
@@ -585,23 +376,4 @@ class ServiceCollector:
             "models": sorted(state.models) if state.latest and state.up else [],
             "baseline": self._baselines(state),
         }
-
-
-def apply_points(state: TargetState, points: Sequence[Point]) -> None:
-    """Stored baseline points into the target's baseline store, oldest first."""
-    for point in points:
-        spec = find_engine(point.engine, point.generation)
-        if spec is None or (state.engine is not None and spec is not state.engine):
-            state.baseline.clear()  # another engine's names: only the newest engine's points count
-        state.engine = spec
-        if spec is not None:
-            state.baseline.append(point.snapshot)
-            state.persisted_at = point.snapshot.ts
-
-
-def target_state(up: bool, stale: bool, error: str | None, unrecognized: str | None) -> str:
-    """up | unrecognized (answers, no engine's page) | stale | down | waiting (not scraped yet)."""
-    if up:
-        return "stale" if stale else "unrecognized" if unrecognized is not None else "up"
-    return "waiting" if error is None else "down"
 

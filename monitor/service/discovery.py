@@ -26,6 +26,7 @@ import yaml
 from pydantic import ValidationError
 
 from monitor.config import ServiceTarget
+from monitor.service.engines import unknown_engine
 
 log = logging.getLogger("monitor.service.discovery")
 _FIELDS = ("model", "node", "metric_prefix", "engine", "pod", "namespace")
@@ -92,12 +93,14 @@ def _group_targets(group: Any, where: str) -> list[ServiceTarget]:
         extra: dict[str, Any] = {key: str(labels[key]) for key in _FIELDS if labels.get(key) not in (None, "")}
         if labels.get("gpus") not in (None, ""):
             extra["gpus"] = [part.strip() for part in str(labels["gpus"]).split(",")]
+        shown = address.rpartition("@")[2]  # user:password@host: the host only
         try:
             targets.append(ServiceTarget(name=name, url=f"{scheme}://{address}{path}", **extra))
         except ValidationError as exc:
             reason = exc.errors()[0]["msg"].removeprefix("Value error, ")
-            shown = address.rpartition("@")[2]  # user:password@host: the host only
             raise DiscoveryError(f"{where}: target {shown!r}: {reason}") from None
+        if (why := unknown_engine(extra.get("engine"))) is not None:  # the engine tables know them, not the model
+            raise DiscoveryError(f"{where}: target {shown!r}: {why}")
     return targets
 
 

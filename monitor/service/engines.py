@@ -480,6 +480,13 @@ def engine_names() -> list[str]:
     return list(dict.fromkeys(spec.engine for spec in ENGINES))
 
 
+def unknown_engine(engine: str | None) -> str | None:
+    """Why a pinned `engine:` cannot be used, or None when the engine tables know it (or none is pinned)."""
+    if engine is None or engine in (known := engine_names()):
+        return None
+    return f"unknown engine: one of {', '.join(known)}"
+
+
 def find_engine(engine: str, generation: str) -> EngineSpec | None:
     return next((s for s in ENGINES if s.engine == engine and s.generation == generation), None)
 

@@ -18,8 +18,6 @@ import numpy as np
 import numpy.typing as npt
 
 Floats = npt.NDArray[np.float64]
-Point = tuple[float, float]
-"""(timestamp seconds, counter value)"""
 
 
 def reset_corrected_delta(values: Sequence[float]) -> float:
@@ -29,14 +27,6 @@ def reset_corrected_delta(values: Sequence[float]) -> float:
         if current < previous:
             delta += previous
     return delta
-
-
-def extrapolated_increase(points: Sequence[Point], range_start: float, range_end: float) -> float | None:
-    """Prometheus `increase(x[range])` evaluated at `range_end` over the points inside the range."""
-    if len(points) < 2:
-        return None
-    delta = reset_corrected_delta([v for _, v in points])
-    return extrapolate(delta, points[0][0], points[-1][0], points[0][1], len(points), range_start, range_end)
 
 
 def extrapolate(
@@ -62,14 +52,6 @@ def extrapolate(
     if to_end >= threshold:
         to_end = average_step / 2
     return delta * (sampled + to_start + to_end) / sampled
-
-
-def extrapolated_rate(points: Sequence[Point], range_start: float, range_end: float) -> float | None:
-    """Prometheus `rate(x[range])`: the extrapolated increase per second of the range."""
-    increase = extrapolated_increase(points, range_start, range_end)
-    if increase is None:
-        return None
-    return increase / (range_end - range_start)
 
 
 Bucket = tuple[float, float]

@@ -11,8 +11,8 @@ from prometheus_client.core import Metric
 
 from monitor.catalog import family
 from monitor.exporter import TextWriter, header
-from monitor.service.collector import ServiceView, TargetLines, TargetView
 from monitor.service.derive import WindowStats, rank_imbalance
+from monitor.service.view import ServiceView, TargetLines, TargetView
 
 # Our metric -> WindowStats attribute, for the plain per-window gauges.
 _WINDOW_GAUGES = {

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from prometheus_client.core import Metric
 
 from monitor.catalog import family
-from monitor.service.collector import COLLECTOR, ServiceCollector, TargetState
+from monitor.service.collector import COLLECTOR, ServiceCollector
+from monitor.service.target import TargetState
 
 log = logging.getLogger("monitor.service.schedule")
 SCRAPES = "service_scrapes"  # the spread schedule's progress, as a job of its own (HealthBook.step)

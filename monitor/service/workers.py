@@ -44,29 +44,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from monitor.config import ServiceSettings, Target
 from monitor.exporter import TextWriter
-from monitor.health import HealthBook
 from monitor.heap import HeapFreezer
+from monitor.service.baseline import Point
 from monitor.service.budget import WorkerStuck
-from monitor.service.collector import (
-    Derived,
-    MonitorFault,
-    ServiceCollector,
-    TargetState,
-    apply_points,
-    target_view,
-)
 from monitor.service.derive import RowKeys, compact, intern_row
 from monitor.service.engines import find_engine
 from monitor.service.extract import Snapshot
 from monitor.service.render import target_texts
-from monitor.store.baseline import Point
+from monitor.service.target import Derived, TargetPipeline, TargetState, apply_points, target_view
+from monitor.service.view import ServiceView
 
 log = logging.getLogger("monitor.service.workers")
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux; Python 3.10+ names it
+
+
+class MonitorFault(RuntimeError):
+    """The monitor, not the target, failed to read a page it fetched (a parse worker died): the
+    target keeps its state, and the collector's health says so."""
 
 
 @dataclass
@@ -274,7 +270,7 @@ class ParseWorkers:
 
     async def ingest(self, state: TargetState, reload: list[Point] | None, text: str, openmetrics: bool,
                      ts: float, deadline: float | None = None) -> Ingested:
-        """Parse and derive `text` in the target's process: `ServiceCollector._ingest_and_derive`
+        """Parse and derive `text` in the target's process: `TargetPipeline.ingest_and_derive`
         there, with `reload` (stored baseline points) first when it holds the target afresh. With
         `deadline`, a process that has not answered by then (the page sent, not the start of a new
         process) is stuck on it: killed and replaced, and `WorkerStuck` raised."""
@@ -342,8 +338,10 @@ class ParseWorkers:
         await asyncio.gather(*closing, *self._closing, return_exceptions=True)
 
 
-# In a worker process: the collector that derives, the targets' states, the heap's freezer.
-_COLLECTOR: ServiceCollector | None = None
+# In a worker process: the pipeline that derives, the empty view its targets' lines are rendered
+# for, the targets' states, the heap's freezer.
+_PIPELINE: TargetPipeline | None = None
+_VIEW: ServiceView | None = None
 _STATES: dict[str, TargetState] = {}
 _FREEZER = HeapFreezer()
 _WRITER = TextWriter()
@@ -383,35 +381,33 @@ def serve(index: int) -> None:
 
 
 def _start(settings: ServiceSettings) -> None:
-    global _COLLECTOR
-    _COLLECTOR = ServiceCollector(settings, httpx.AsyncClient(trust_env=False), HealthBook())
-    _COLLECTOR.persist = True  # its baseline points go back to the monitor, which stores them
+    global _PIPELINE, _VIEW
+    _PIPELINE = TargetPipeline(settings, persist=True)  # its baseline points go back to the monitor, to store
+    _VIEW = _PIPELINE.empty_view(time.time())
     _FREEZER.start()  # as the monitor's own worker thread: each page's objects frozen after it
 
 def _ingest(name: str, epoch: int, target: Target, reload: list[Point] | None, text: str, openmetrics: bool,
             ts: float, queued: float) -> Ingested:
-    collector = _COLLECTOR
-    assert collector is not None, "not a parse worker"
+    pipeline, view = _PIPELINE, _VIEW
+    assert pipeline is not None and view is not None, "not a parse worker"
     state = _STATES.get(name)
     if state is None or state.epoch != epoch:
-        state = _STATES[name] = collector._new_state(target)
+        state = _STATES[name] = pipeline.new_state(target)
         state.epoch = epoch
     try:
         if reload:
             apply_points(state, reload)
-        collector._ingest_and_derive(state, text, openmetrics, ts, queued)
+        pipeline.ingest_and_derive(state, text, openmetrics, ts, queued)
         latest, derived = state.latest, state.derived
         if latest is not None and derived is not None:  # its lines of /metrics while it is up and fresh
             shown = target_view(name, state, up=True, stale=False)
             shown.gauges, shown.labelled, shown.lora, shown.stats = latest.gauges, latest.labelled, latest.lora, \
                 derived.stats
-            derived.texts = target_texts(collector.view, shown, _WRITER)
+            derived.texts = target_texts(view, shown, _WRITER)
             # The monitor reads the rates for the fleet sums alone: their rows are what it adds.
             derived.rates = {label: {model: compact(rates) for model, rates in by_model.items()}
                              for label, by_model in derived.rates.items()}
-        points = list(collector._pending)
-        collector._pending.clear()
-        return Ingested.of(state, points)
+        return Ingested.of(state, pipeline.take_points())
     finally:
         _FREEZER.tick()
 

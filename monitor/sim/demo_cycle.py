@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from monitor.alerting.rules import resolve
 from monitor.config import SHIPPED_RULE_FILES, Duration
+from monitor.rulefiles.rules import resolve
 from monitor.sim.engine import SimulatedEngine
 from monitor.sim.load import LoadConfig, run_load, sleep_until
 

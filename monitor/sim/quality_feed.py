@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
@@ -87,8 +87,3 @@ def simulated_history(model: str, today: str, days: int, per_day: int, timezone:
                               request_id=f"history-{back}-{index}", output_tokens=count,
                               source="simulated-history"))
     return out
-
-
-def history_days(today: str, days: int) -> Sequence[str]:
-    first = datetime.fromisoformat(today).date()
-    return [(first - timedelta(days=n)).isoformat() for n in range(days, 0, -1)]

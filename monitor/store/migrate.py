@@ -15,7 +15,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import text
+from sqlalchemy import MetaData, text
 from sqlalchemy.engine import Connection, Engine
 
 log = logging.getLogger("monitor.store.migrate")
@@ -26,11 +26,14 @@ SCRIPTS = Path(__file__).with_name("migrations")
 LOCK_KEY = 0x1F3E_4D0B  # pg_advisory_xact_lock key: "infermon schema"
 
 
-def alembic_config(connection: Connection | None = None) -> Config:
+def alembic_config(connection: Connection | None = None, metadata: MetaData | None = None) -> Config:
+    """`metadata`: every table the models define, which only autogenerate needs (see migrations/env.py)."""
     config = Config()
     config.set_main_option("script_location", str(SCRIPTS))
     if connection is not None:
         config.attributes["connection"] = connection
+    if metadata is not None:
+        config.attributes["target_metadata"] = metadata
     return config
 
 
@@ -66,9 +69,9 @@ def upgrade(engine: Engine, revision: str = "head") -> tuple[str | None, str | N
     return before, after
 
 
-def new_revision(message: str) -> None:
-    """Write the next migration script: autogenerate from the models against a database at head.
-    (`python -m monitor.store.migrate "add table x"`, then read and tidy what it wrote.)"""
+def new_revision(message: str, metadata: MetaData) -> None:
+    """Write the next migration script: autogenerate from `metadata` (every layer's tables) against a
+    database at head. (`python -m monitor.schema "add table x"`, then read and tidy what it wrote.)"""
     from sqlalchemy import create_engine
     from sqlalchemy.pool import StaticPool
 
@@ -76,11 +79,5 @@ def new_revision(message: str) -> None:
     upgrade(engine)
     number = f"{len(revisions()) + 1:04d}"
     with engine.begin() as conn:
-        command.revision(alembic_config(conn), message=message, autogenerate=True, rev_id=number)
+        command.revision(alembic_config(conn, metadata), message=message, autogenerate=True, rev_id=number)
     engine.dispose()
-
-
-if __name__ == "__main__":
-    import sys
-
-    new_revision(" ".join(sys.argv[1:]) or "schema change")

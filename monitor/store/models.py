@@ -1,4 +1,5 @@
-"""Tables. Collector up/down transitions today; alert events, outbox and judgments join them later."""
+"""The declarative `Base` every layer's tables join (one MetaData, one set of migrations), and the
+store's own table: collectors going down and coming back."""
 
 from __future__ import annotations
 

@@ -10,11 +10,6 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
-from monitor.store import alerting_state  # noqa: F401  (its table joins create_all)
-from monitor.store import baseline as _baseline_tables  # noqa: F401  (the service baselines' history)
-from monitor.store import cost as _cost_tables  # noqa: F401  (creates the cost tables)
-from monitor.store import outbox as _outbox_tables  # noqa: F401  (registers the outbox tables)
-from monitor.store import quality as _quality_tables  # noqa: F401  (registers the quality tables)
 from monitor.store.migrate import upgrade
 from monitor.store.models import CollectorEvent
 

@@ -6,7 +6,7 @@ one at a time, as the code was written for) and awaits it; `submit` queues one w
 waiting (history records). The worker also makes the store's health: a failed call marks the
 `store` collector failed at once, and `probe` (a job) checks the database answers and, for a
 SQLite file, that the file is still there: a deleted file keeps taking writes, into nothing,
-then refuses them, so the probe creates it anew (#48 item 2) and counts that.
+then refuses them, so the probe creates it anew and counts that.
 
 An in-memory database (tests) is one connection that threads cannot share safely: there the
 calls run inline, on the caller's thread, as before.
@@ -33,6 +33,7 @@ log = logging.getLogger("monitor.store")
 
 T = TypeVar("T")
 COLLECTOR = "store"
+STUCK_AFTER = 2.0  # a store call running longer (a lock held elsewhere): an HTTP post is answered 503 at once
 
 
 class StoreUnavailable(Exception):

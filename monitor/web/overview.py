@@ -7,7 +7,7 @@ shape, so the browser, the terminal and a script see the same numbers.
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from monitor.aio import Turns
 from monitor.alerting.runbooks import with_runbook_link
@@ -15,12 +15,10 @@ from monitor.cost.collector import FLEET, CostView
 from monitor.health import HealthBook
 from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuState, InfraView
 from monitor.quality.layer import QualityView
-from monitor.service.collector import ServiceView, TargetView, target_state
 from monitor.service.derive import WindowStats, rank_imbalance
+from monitor.service.view import ServiceView, TargetView, target_state
 from monitor.web.history import HEADLINE, History, mean
-
-if TYPE_CHECKING:
-    from monitor.runtime import Monitor
+from monitor.web.source import OverviewSource
 
 LAYERS = ("service", "infra", "quality", "cost")
 # Which collectors' health speaks for which layer (canary probes are the service as users see it).
@@ -32,39 +30,39 @@ TRANSITIONS = 10
 SHOWN_ALERTS = 100  # active alerts listed, firing first (the totals count them all; /api/v1/alerts lists all)
 
 
-def overview(monitor: Monitor, service: dict[str, Any] | None = None) -> dict[str, Any]:
+def overview(source: OverviewSource, service: dict[str, Any] | None = None) -> dict[str, Any]:
     """`service`: the service section, made already (`overview_in_turns`)."""
-    now = monitor.wall()
-    counts = monitor.alerting.counts() if monitor.alerting else {}
-    alerts = _alerts(monitor, counts)
+    now = source.wall()
+    counts = source.alerting.counts() if source.alerting else {}
+    alerts = _alerts(source, counts)
     sections = {
-        "service": service if service is not None else service_rows(monitor.service.view, _configured(monitor)),
-        "infra": gpu_rows(monitor.infra.view),
-        "quality": quality_rows(monitor.quality.view),
-        "cost": cost_summary(monitor.cost.view),
+        "service": service if service is not None else service_rows(source.service.view, _configured(source)),
+        "infra": gpu_rows(source.infra.view),
+        "quality": quality_rows(source.quality.view),
+        "cost": cost_summary(source.cost.view),
     }
     firing = _firing_by_layer(counts)
-    layers = {name: layer_state(name, sections[name], monitor.health, firing.get(name, ())) for name in LAYERS}
+    layers = {name: layer_state(name, sections[name], source.health, firing.get(name, ())) for name in LAYERS}
     return {
         "ts": now,
         "window": sections["service"]["window"],
         "ok": all(layer["state"] in ("ok", "not configured") for layer in layers.values()) and not alerts["firing"],
         "layers": layers,
         **sections,
-        "canary": canary_rows(monitor.canary.status()),
+        "canary": canary_rows(source.canary.status()),
         "alerts": alerts,
-        "events": monitor.events[:EVENTS],  # kept by the store thread: no query on the loop
-        "charts": charts(monitor.history, now),
+        "events": source.events[:EVENTS],  # kept by the store thread: no query on the loop
+        "charts": charts(source.history, now),
     }
 
 
-async def overview_in_turns(monitor: Monitor) -> dict[str, Any]:
+async def overview_in_turns(source: OverviewSource) -> dict[str, Any]:
     """`overview` on the loop, its other work let in between the service section's targets."""
-    return overview(monitor, await service_rows_in_turns(monitor.service.view, _configured(monitor)))
+    return overview(source, await service_rows_in_turns(source.service.view, _configured(source)))
 
 
-def _configured(monitor: Monitor) -> bool:
-    return bool(monitor.settings.service.targets or monitor.settings.service.file_sd)
+def _configured(source: OverviewSource) -> bool:
+    return bool(source.settings.service.targets or source.settings.service.file_sd)
 
 
 def headline(service: ServiceView, infra: InfraView, cost: CostView) -> dict[str, float | None]:
@@ -210,15 +208,15 @@ def quality_rows(view: QualityView) -> dict[str, Any]:
     rows = []
     for model, result in sorted(view.latest.items()):
         s = result.summary
-        histogram = s.get("score_histogram") or {}
+        histogram = s.score_histogram or {}
         rows.append({"model": model, "date": result.date, "finished": result.finished,
-                     "samples": s.get("samples"), "score_mean": s.get("score_mean"),
-                     "score_baseline_delta": s.get("score_baseline_delta"),
+                     "samples": s.samples, "score_mean": s.score_mean,
+                     "score_baseline_delta": s.score_baseline_delta,
                      "histogram": [int(histogram.get(str(score), 0)) for score in range(1, 6)],
-                     "refusal_ratio": s.get("refusal_ratio"), "hallucination_ratio": s.get("hallucination_ratio"),
-                     "psi": s.get("psi"), "length_change_ratio": s.get("output_length_mean_change_ratio"),
-                     "judge_errors": s.get("judge_errors"), "suspect_verdicts": s.get("suspect_verdicts"),
-                     "failed": s.get("failed"), "report": f"/reports/quality/{result.date}"})
+                     "refusal_ratio": s.refusal_ratio, "hallucination_ratio": s.hallucination_ratio,
+                     "psi": s.psi, "length_change_ratio": s.output_length_mean_change_ratio,
+                     "judge_errors": s.judge_errors, "suspect_verdicts": s.suspect_verdicts,
+                     "failed": s.failed, "report": f"/reports/quality/{result.date}"})
     return {"configured": bool(rows), "rows": rows, "judge_cost_usd_total": view.judge_cost_usd_total}
 
 
@@ -243,16 +241,16 @@ def cost_summary(view: CostView) -> dict[str, Any]:
             "unpriced_gpus": len(n.unpriced)}
 
 
-def _alerts(monitor: Monitor, counts: dict[tuple[str, str, str], int]) -> dict[str, Any]:
+def _alerts(source: OverviewSource, counts: dict[tuple[str, str, str], int]) -> dict[str, Any]:
     """The first SHOWN_ALERTS active alerts (firing first, then by name) with their deliveries,
     and how many are firing and pending in all: at 1,000 ten-model targets 20,000 can be active,
     and building, sending and reading every one of them is the alerts API's job, not the page's."""
-    active = monitor.alerting.active(limit=SHOWN_ALERTS) if monitor.alerting else []
-    recent = monitor.delivery.latest  # kept by the store thread: no query on the loop
+    active = source.alerting.active(limit=SHOWN_ALERTS) if source.alerting else []
+    recent = source.delivery.latest  # kept by the store thread: no query on the loop
     delivered: dict[str, dict[str, str]] = {}
     for row in reversed(recent):  # oldest first: the newest transition of an alert wins
         delivered[_key(row["labels"])] = row["deliveries"]
-    base = monitor.settings.alerting.runbook_base_url
+    base = source.settings.alerting.runbook_base_url
     rows = [{**a, "annotations": with_runbook_link(a["annotations"], base),
              "layer": _ALERT_LAYER.get(a["labels"].get("layer", ""), a["labels"].get("layer")),
              "name": a["labels"].get("alertname", ""),
@@ -260,7 +258,7 @@ def _alerts(monitor: Monitor, counts: dict[tuple[str, str, str], int]) -> dict[s
              # a pending alert has sent nothing: what an earlier firing of it got is not its delivery
              "deliveries": delivered.get(_key(a["labels"]), {}) if a["state"] == "firing" else {}} for a in active]
     rows.sort(key=lambda a: (a["state"] != "firing", a["name"]))
-    return {"enabled": monitor.alerting is not None, "active": rows,
+    return {"enabled": source.alerting is not None, "active": rows,
             "firing": sum(n for (_, _, state), n in counts.items() if state == "firing"),
             "pending": sum(n for (_, _, state), n in counts.items() if state == "pending"),
             "recent": recent[:TRANSITIONS]}

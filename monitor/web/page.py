@@ -17,8 +17,9 @@ from monitor.web.charts import sparkline
 from monitor.web.history import HOUR
 
 if TYPE_CHECKING:
-    from monitor.runtime import Monitor
+    from monitor.config import Settings
     from monitor.web.renders import Renders
+    from monitor.web.source import OverviewSource
 
 HERE = Path(__file__).parent
 MIN_REFRESH_SECONDS = 5
@@ -34,15 +35,15 @@ def environment() -> Environment:
     return env
 
 
-def add_overview_routes(app: FastAPI, monitor: Monitor, renders: Renders) -> None:
+def add_overview_routes(app: FastAPI, source: OverviewSource, renders: Renders) -> None:
     env = environment()
     template = env.get_template("overview.html")
     router = APIRouter()
 
     @router.get("/", response_class=HTMLResponse)
     async def page(refresh: int | None = Query(None, ge=0, le=86400, description=REFRESH_HELP)) -> HTMLResponse:
-        every = reload_seconds(monitor, refresh)
-        return HTMLResponse(await renders.answer("/", every, lambda: page_bytes(template, monitor, every)))
+        every = reload_seconds(source.settings, refresh)
+        return HTMLResponse(await renders.answer("/", every, lambda: page_bytes(template, source, every)))
 
     @router.get("/favicon.ico", include_in_schema=False)
     async def favicon() -> FileResponse:  # every page gets one (the quality report too): no 404 in consoles
@@ -52,33 +53,33 @@ def add_overview_routes(app: FastAPI, monitor: Monitor, renders: Renders) -> Non
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
 
 
-async def page_bytes(template: Any, monitor: Monitor, refresh: int) -> bytes:
+async def page_bytes(template: Any, source: OverviewSource, refresh: int) -> bytes:
     """The page as GET / answers it. The numbers are taken on the loop, in turns (no race with the
     collectors); the HTML is written (and encoded) in a thread, where the loop gets the interpreter
     every few milliseconds (a page of 1,000 ten-model targets took seconds to write)."""
     from monitor.web.overview import overview_in_turns
 
-    data = await overview_in_turns(monitor)
-    return await run_in_threadpool(lambda: write_page(template, monitor, data, refresh).encode("utf-8"))
+    data = await overview_in_turns(source)
+    return await run_in_threadpool(lambda: write_page(template, source.settings, data, refresh).encode("utf-8"))
 
 
-def render_page(template: Any, monitor: Monitor, refresh: int | None = None) -> str:
+def render_page(template: Any, source: OverviewSource, refresh: int | None = None) -> str:
     from monitor.web.overview import overview  # here: `infermon status` imports this module's formats only
 
-    return write_page(template, monitor, overview(monitor), refresh)
+    return write_page(template, source.settings, overview(source), refresh)
 
 
-def write_page(template: Any, monitor: Monitor, data: dict[str, Any], refresh: int | None = None) -> str:
+def write_page(template: Any, settings: Settings, data: dict[str, Any], refresh: int | None = None) -> str:
     """`refresh`: the reader's choice of reload interval (`reload_seconds`)."""
-    refresh = reload_seconds(monitor, refresh)
+    refresh = reload_seconds(settings, refresh)
     return str(template.render(o=data, refresh=refresh, now=data["ts"], hour_start=data["ts"] - HOUR))
 
 
-def reload_seconds(monitor: Monitor, refresh: int | None) -> int:
+def reload_seconds(settings: Settings, refresh: int | None) -> int:
     """The reader's choice of reload interval (0: none), at least MIN_REFRESH_SECONDS; by default
     the faster of the two collection intervals, so each reload can show a new scrape."""
     if refresh is None:
-        refresh = int(min(monitor.settings.service.scrape_interval.seconds, monitor.settings.infra.interval.seconds))
+        refresh = int(min(settings.service.scrape_interval.seconds, settings.infra.interval.seconds))
     return max(MIN_REFRESH_SECONDS, refresh) if refresh else refresh
 
 

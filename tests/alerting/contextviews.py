@@ -12,8 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from monitor.alerting.context import Views
 from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuIdentity, GpuReading, GpuState, InfraView
 from monitor.quality.layer import ModelResult, QualityView
-from monitor.service.collector import ServiceView, TargetView
+from monitor.quality.summary import QualitySummary
 from monitor.service.derive import Objectives, Window, WindowStats
+from monitor.service.view import ServiceView, TargetView
 from monitor.topology import TopologyMap
 
 MODEL = "llama"
@@ -72,7 +73,7 @@ def views(targets: list[TargetView], gpus: list[GpuState], gpus_of: dict[str, li
 
 def quality_view(score: float = 4.2, refusal: float = 0.02, psi: float = 0.04) -> QualityView:
     summary = {"score_mean": score, "refusal_ratio": refusal, "psi": psi, "output_length_mean_change_ratio": -0.05}
-    return QualityView({MODEL: ModelResult("2026-11-29", 1.0, summary)}, loaded=True)
+    return QualityView({MODEL: ModelResult("2026-11-29", 1.0, QualitySummary.from_json(summary))}, loaded=True)
 
 
 # Each context line's label -> (metric, unit): how the line is checked against /metrics.

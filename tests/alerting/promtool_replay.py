@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 
 from monitor.alerting.evaluator import RuleState
-from monitor.alerting.expr import Sample, Selector, parse
-from monitor.alerting.rules import load_rules, parse_duration
+from monitor.rulefiles.expr import Sample, Selector, parse
+from monitor.rulefiles.rules import load_rules, parse_duration
 
 LOOKBACK_SECONDS = 300.0  # Prometheus' default query.lookback-delta
 _EXPANDING = re.compile(r"^(-?[0-9.eE+]+?)([+-])([0-9.eE]+)x(\d+)$")

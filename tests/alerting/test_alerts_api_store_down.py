@@ -13,9 +13,9 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from monitor.alerting.delivery import STUCK_AFTER
 from monitor.config import load_settings
 from monitor.runtime import Monitor
+from monitor.store.worker import STUCK_AFTER
 from tests.alerting.helpers import HOLD_LOCK, wait_for
 from tests.appserver import serve_app
 

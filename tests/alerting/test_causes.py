@@ -12,8 +12,9 @@ from monitor.config import CauseSettings, ConfigError, load_settings
 from monitor.exporter import make_registry, render_text
 from monitor.infra.render import render_infra
 from monitor.quality.render import render_quality
-from monitor.service.collector import TargetView
 from monitor.service.render import render_service
+from monitor.service.view import TargetView
+from monitor.settings_check import load_checked_settings
 from tests.alerting.contextviews import MODEL, NODE, assert_context_matches, gpu, quality_view, ranked, target, views
 
 TTFT = {"alertname": "TTFTP99High", "target": "vllm-a", "model": MODEL, "window": "5m"}
@@ -126,7 +127,7 @@ def test_thresholds_are_configurable() -> None:
 
 def test_bad_cause_settings_fail_naming_the_key() -> None:
     with pytest.raises(ConfigError, match=r"causes\.throttle_reasons"):
-        load_settings(None, {"alerting": {"causes": {"throttle_reasons": ["sw_thermal", "too_hot"]}}})
+        load_checked_settings(None, {"alerting": {"causes": {"throttle_reasons": ["sw_thermal", "too_hot"]}}})
     with pytest.raises(ConfigError, match=r"causes\.kv_cach"):
         load_settings(None, {"alerting": {"causes": {"kv_cach": 0.5}}})
 

@@ -17,6 +17,7 @@ from monitor.cost.collector import CostView
 from monitor.cost.derive import CostNumbers, GpuCost
 from monitor.cost.inventory import InventoryGpu
 from monitor.quality.layer import ModelResult, QualityView
+from monitor.quality.summary import QualitySummary
 from tests.alerting.contextviews import MODEL, NODE, gpu, target, views
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +37,8 @@ def cause_id(labels: dict[str, str], scene: Views) -> str:
 
 
 def with_quality(scene: Views, **summary: Any) -> Views:
-    run = QualityView({MODEL: ModelResult("2026-11-29", 1.0, {**HEALTHY_RUN, **summary})}, loaded=True)
+    run = QualityView({MODEL: ModelResult("2026-11-29", 1.0, QualitySummary.from_json({**HEALTHY_RUN, **summary}))},
+                      loaded=True)
     return Views(scene.service, scene.infra, scene.topology, run, scene.cost)
 
 

@@ -10,10 +10,10 @@ import pytest
 
 from monitor.alerting.embedded import EmbeddedEvaluator
 from monitor.alerting.evaluator import RuleState
-from monitor.alerting.expr import Sample, parse
 from monitor.alerting.model import Alert
-from monitor.alerting.rules import AlertRule, RuleSet
-from monitor.alerting.templates import Template
+from monitor.rulefiles.expr import Sample, parse
+from monitor.rulefiles.rules import AlertRule, RuleSet
+from monitor.rulefiles.templates import Template
 from monitor.store.session import Store
 
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from monitor.alerting.expr import Matcher, OutsideSubset, Sample, Series, metric_names, parse
+from monitor.rulefiles.expr import Matcher, OutsideSubset, Sample, Series, metric_names, parse
 
 
 def series(name: str, value: float, **labels: str) -> Sample:

@@ -13,10 +13,10 @@ import httpx
 from sqlalchemy import delete
 
 from monitor.alerting.delivery import Delivery, render_delivery
+from monitor.alerting.store import OutboxGroup
 from monitor.catalog import CATALOG
 from monitor.config import AlertingSettings, ReceiverSettings
 from monitor.exporter import make_registry, render_text
-from monitor.store.outbox import OutboxGroup
 from monitor.store.session import Store
 from tests.alerting.helpers import Clock, alert, all_receivers, receiver
 from tests.alerting.imserver import ImServer

@@ -16,12 +16,12 @@ import pytest
 from bench.fleet_view import build
 from monitor.alerting import readback
 from monitor.alerting.embedded import EmbeddedEvaluator
-from monitor.alerting.expr import Sample
 from monitor.alerting.readback import PageReader, exposition_samples
-from monitor.alerting.rules import load_rules
 from monitor.config import SHIPPED_RULE_FILES
 from monitor.exporter import make_registry, render_text
 from monitor.promtext import PageError
+from monitor.rulefiles.expr import Sample
+from monitor.rulefiles.rules import load_rules
 from monitor.service.render import render_service
 from monitor.store.session import Store
 

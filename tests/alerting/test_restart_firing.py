@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from monitor.ports import free_port
-from monitor.store.quality import QualityStore
+from monitor.quality.store import QualityStore
 from monitor.store.session import Store
 from tests.alerting.imserver import BEARER, ImServer
 from tests.alerting.test_am_receiver import wait_for

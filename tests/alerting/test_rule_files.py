@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from monitor.alerting.rules import SHIPPED_DIR, RulesError, load_rules
 from monitor.config import ConfigError, load_settings
+from monitor.rulefiles.rules import SHIPPED_DIR, RulesError, load_rules
 from monitor.runtime import Monitor
 from tests.alerting.promtool_replay import Replay
 from tests.conftest import FIXTURES, require_binary

@@ -14,8 +14,8 @@ import httpx
 
 from monitor.alerting.embedded import EmbeddedEvaluator
 from monitor.alerting.readback import exposition_samples
-from monitor.alerting.rules import load_rules
 from monitor.config import SHIPPED_RULE_FILES, load_settings
+from monitor.rulefiles.rules import load_rules
 from monitor.runtime import Monitor
 from monitor.store.session import Store
 from tests.alerting.helpers import wait_for

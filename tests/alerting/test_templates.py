@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from monitor.alerting.templates import (
+from monitor.rulefiles.templates import (
     Template,
     TemplateData,
     TemplateError,

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from monitor.bench.load import make_client
 from monitor.canary.outcome import judge
 from monitor.canary.probe import observe_stream
+from monitor.loadtest.load import make_client
 
 CHUNKS = [{"role": "assistant", "content": ""}, {"content": "Paris"}, {"content": " it is"}]
 

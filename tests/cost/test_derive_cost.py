@@ -17,8 +17,8 @@ from monitor.cost.derive import (
 )
 from monitor.cost.inventory import InventoryGpu
 from monitor.cost.prices import PriceBook
-from monitor.service.collector import ServiceView, TargetView
 from monitor.service.derive import Objectives, Window, WindowStats
+from monitor.service.view import ServiceView, TargetView
 from monitor.topology import Topology
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -191,7 +191,7 @@ def test_per_token_baseline_exists_only_once_its_window_is_covered() -> None:
 
 
 def test_per_token_baseline_samples_survive_a_restart(tmp_path: Path) -> None:
-    from monitor.store.baseline import SpendPoints
+    from monitor.cost.store import SpendPoints
     from monitor.store.session import Store
 
     store = Store(f"sqlite:///{tmp_path / 'spend.db'}")

@@ -4,8 +4,8 @@ the sleep states on the engine's own page (vLLM 0.33's engine_sleep_state) and t
 from __future__ import annotations
 
 from monitor.cost.collector import serving_asleep
-from monitor.service.collector import ServiceView, TargetView
 from monitor.service.derive import Objectives
+from monitor.service.view import ServiceView, TargetView
 from monitor.topology import TopologyMap
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"

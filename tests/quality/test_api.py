@@ -18,8 +18,8 @@ from monitor.app import create_app
 from monitor.config import Settings
 from monitor.quality.layer import build_sources
 from monitor.quality.run import QualityRunner
+from monitor.quality.store import QualityStore
 from monitor.runtime import Monitor
-from monitor.store.quality import QualityStore
 from monitor.store.session import Store
 from tests.appserver import serve_app, serve_asgi
 from tests.quality.helpers import DAY, DAY_START, iso, make_samples, quality_settings

@@ -109,18 +109,18 @@ def test_summary_numbers() -> None:
               Judged(4, False, False, False, None, 100, reason="fine", response="e")]
     summary = summarise(judged, [100, 100, 100, 100], {"score_mean": 4.5, "refusal_ratio": 0.25},
                         available=5, sample_size=100)
-    assert summary["samples"] == 4 and summary["sampled"] == 5 and summary["judge_errors"] == 1
-    assert summary["failed"] is None and summary["judge_error_ratio"] == pytest.approx(0.2)  # 20 %: not over it
-    assert summary["judged_ratio"] == pytest.approx(0.8) and summary["suspect_verdicts"] == 0
-    assert summary["score_mean"] == pytest.approx(4.0)
-    assert summary["score_baseline_delta"] == pytest.approx(-0.5)
-    assert summary["score_histogram"] == {"1": 0, "2": 0, "3": 1, "4": 2, "5": 1}
-    assert summary["refusal_ratio"] == pytest.approx(0.4)  # judge flag + keyword screen, over all sampled
-    assert summary["refusal_baseline_ratio"] == pytest.approx(1.6)
-    assert summary["hallucination_ratio"] == pytest.approx(1 / 4)
-    assert summary["output_length_mean_change_ratio"] == pytest.approx(0.0)
-    assert summary["output_tokens"]["p50"] == pytest.approx(100.0)
-    assert summary["short_of_sample_size"] == 95
+    assert summary.samples == 4 and summary.sampled == 5 and summary.judge_errors == 1
+    assert summary.failed is None and summary.judge_error_ratio == pytest.approx(0.2)  # 20 %: not over it
+    assert summary.judged_ratio == pytest.approx(0.8) and summary.suspect_verdicts == 0
+    assert summary.score_mean == pytest.approx(4.0)
+    assert summary.score_baseline_delta == pytest.approx(-0.5)
+    assert summary.score_histogram == {"1": 0, "2": 0, "3": 1, "4": 2, "5": 1}
+    assert summary.refusal_ratio == pytest.approx(0.4)  # judge flag + keyword screen, over all sampled
+    assert summary.refusal_baseline_ratio == pytest.approx(1.6)
+    assert summary.hallucination_ratio == pytest.approx(1 / 4)
+    assert summary.output_length_mean_change_ratio == pytest.approx(0.0)
+    assert summary.output_tokens.p50 == pytest.approx(100.0)
+    assert summary.short_of_sample_size == 95
 
 
 def verdicts(scores: list[int | None], reasons: list[str] | None = None, errors: int = 0) -> list[Judged]:
@@ -134,39 +134,39 @@ def verdicts(scores: list[int | None], reasons: list[str] | None = None, errors:
 
 def test_a_run_the_judge_failed_on_has_no_score_but_its_cost() -> None:
     summary = summarise(verdicts([], errors=9), [100] * 4, {"score_mean": 4.2}, available=9, sample_size=9)
-    assert summary["failed"] == "the judge failed on 9 of 9 samples"
-    assert summary["score_mean"] is None and summary["score_baseline_delta"] is None
-    assert summary["judge_error_ratio"] == 1.0 and summary["judged_ratio"] == 0.0
-    assert summary["judge_cost_usd"] == pytest.approx(0.09)  # paid for all the same
-    assert summary["output_tokens"]["count"] == 9  # lengths need no judge
+    assert summary.failed == "the judge failed on 9 of 9 samples"
+    assert summary.score_mean is None and summary.score_baseline_delta is None
+    assert summary.judge_error_ratio == 1.0 and summary.judged_ratio == 0.0
+    assert summary.judge_cost_usd == pytest.approx(0.09)  # paid for all the same
+    assert summary.output_tokens.count == 9  # lengths need no judge
 
 
 def test_more_than_a_fifth_of_errors_fails_the_run() -> None:
     summary = summarise(verdicts([4, 5, 4, 3, 4, 5, 4], errors=3), [], {}, available=10, sample_size=10)
-    assert summary["failed"] == "the judge failed on 3 of 10 samples" and summary["score_mean"] is None
-    assert summarise(verdicts([4, 5, 4, 3, 4, 5, 4, 4], errors=2), [], {}, 10, 10)["failed"] is None
+    assert summary.failed == "the judge failed on 3 of 10 samples" and summary.score_mean is None
+    assert summarise(verdicts([4, 5, 4, 3, 4, 5, 4, 4], errors=2), [], {}, 10, 10).failed is None
 
 
 def test_verdicts_without_a_reason_are_suspect_and_not_scored() -> None:
     """Six verdicts of 1 with empty reasons: junk a tiny judge produced, not a drop in quality."""
     summary = summarise(verdicts([1] * 6, reasons=[""] * 6), [], {"score_mean": 4.3}, 6, 6)
-    assert summary["suspect_verdicts"] == 6 and summary["samples"] == 0
-    assert summary["failed"] == "only 0 of 6 samples have a usable verdict" and summary["score_mean"] is None
+    assert summary.suspect_verdicts == 6 and summary.samples == 0
+    assert summary.failed == "only 0 of 6 samples have a usable verdict" and summary.score_mean is None
     one_blank = summarise(verdicts([4, 5, 3, 4, 1], reasons=["a", "b", "c", "d", " "]), [], {}, 5, 5)
-    assert one_blank["suspect_verdicts"] == 1 and one_blank["failed"] is None
-    assert one_blank["score_mean"] == pytest.approx(4.0)  # the blank one is left out
+    assert one_blank.suspect_verdicts == 1 and one_blank.failed is None
+    assert one_blank.score_mean == pytest.approx(4.0)  # the blank one is left out
 
 
 def test_one_identical_verdict_for_a_varied_sample_is_suspect() -> None:
     same = summarise(verdicts([3] * 5, reasons=["Adequate."] * 5), [], {}, 5, 5)
-    assert same["suspect_verdicts"] == 5 and same["failed"] is not None and same["score_mean"] is None
+    assert same.suspect_verdicts == 5 and same.failed is not None and same.score_mean is None
     # the same score with reasons of its own is a verdict; so is one repeated over a repeated response
-    assert summarise(verdicts([3] * 5), [], {}, 5, 5)["suspect_verdicts"] == 0
+    assert summarise(verdicts([3] * 5), [], {}, 5, 5).suspect_verdicts == 0
     repeated = [Judged(3, False, False, False, None, 100, reason="Adequate.", response="same") for _ in range(5)]
-    assert summarise(repeated, [], {}, 5, 5)["suspect_verdicts"] == 0
+    assert summarise(repeated, [], {}, 5, 5).suspect_verdicts == 0
 
 
 def test_a_suspect_verdict_flags_no_refusal() -> None:
     junk = [Judged(1, True, False, True, None, 100, reason="", response=f"r{i}") for i in range(4)]
     summary = summarise(junk, [], {}, 4, 4)
-    assert summary["refusals"] == 0 and summary["hallucination_ratio"] is None
+    assert summary.refusals == 0 and summary.hallucination_ratio is None

@@ -8,7 +8,7 @@ import pytest
 
 from monitor.config import JudgeSettings
 from monitor.quality.judge import Judge, JudgeInput, UnparseableAnswer, parse_answer
-from monitor.store.quality import Verdict
+from monitor.quality.store import Verdict
 from tests.quality.judgeserver import JudgeScript, judge_server
 
 ITEM = JudgeInput(prompt="What is the capital of France?", response="The capital of France is Paris, on the Seine.")

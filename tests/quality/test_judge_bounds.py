@@ -19,7 +19,7 @@ from monitor.config import JudgeSettings, Settings
 from monitor.quality.judge import Judge, JudgeInput, build_prompt
 from monitor.quality.run import QualityRunner, RunReport
 from monitor.quality.sources.requestlog import RequestLogSource
-from monitor.store.quality import QualityStore, Verdict
+from monitor.quality.store import QualityStore, Verdict
 from monitor.store.session import Store
 from tests.quality.helpers import DAY, make_samples, quality_settings
 from tests.quality.judgeserver import JudgeScript, judge_server

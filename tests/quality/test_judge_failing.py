@@ -14,8 +14,8 @@ import pytest
 from monitor.config import Settings
 from monitor.exporter import render_text
 from monitor.quality.cli import run_command
+from monitor.quality.store import QualityStore
 from monitor.runtime import Monitor
-from monitor.store.quality import QualityStore
 from monitor.store.session import Store
 from monitor.web.overview import overview
 from monitor.web.terminal import exit_code

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from monitor.config import load_settings
+from monitor.quality.store import QualityStore
 from monitor.runtime import Monitor
-from monitor.store.quality import QualityStore
 from monitor.store.session import Store
 from tests.appserver import serve_app
 from tests.quality.helpers import DAY, make_samples, quality_settings

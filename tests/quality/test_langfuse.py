@@ -12,7 +12,7 @@ from monitor.config import Settings
 from monitor.quality.layer import build_sources
 from monitor.quality.run import QualityRunError, QualityRunner, RunReport
 from monitor.quality.sources.langfuse import LangfuseSource
-from monitor.store.quality import QualityStore
+from monitor.quality.store import QualityStore
 from monitor.store.session import Store
 from tests.appserver import serve_asgi
 from tests.quality.helpers import DAY, DAY_START, iso, quality_settings

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from monitor.config import ConfigError, CustomPattern, load_settings
+from monitor.config import ConfigError, CustomPattern
 from monitor.quality.redact import Redactor
+from monitor.settings_check import load_checked_settings
 
 ALL = Redactor(["email", "phone", "id_number", "api_key"])
 
@@ -39,6 +40,6 @@ def test_custom_pattern() -> None:
 
 def test_config_names_an_unknown_pattern() -> None:
     with pytest.raises(ConfigError, match=r"quality\.redact"):
-        load_settings(None, {"quality": {"redact": ["email", "passport"]}})
+        load_checked_settings(None, {"quality": {"redact": ["email", "passport"]}})
     with pytest.raises(ConfigError, match=r"quality\.redact"):
-        load_settings(None, {"quality": {"redact": [{"name": "x", "pattern": "(unclosed"}]}})
+        load_checked_settings(None, {"quality": {"redact": [{"name": "x", "pattern": "(unclosed"}]}})

@@ -51,7 +51,7 @@ def test_missing_numbers_are_absent_not_zero() -> None:
     assert "inference_quality_score_mean" not in text and "inference_quality_output_length_psi" not in text
     assert 'inference_quality_judge_errors{model="m"} 1.0' in text
     assert 'inference_quality_run_failed{model="m"} 1.0' in text and 'judge_error_ratio{model="m"} 1.0' in text
-    assert not math.isnan(summary["refusal_ratio"])
+    assert summary.refusal_ratio is not None and not math.isnan(summary.refusal_ratio)
 
 
 def test_promtool_accepts_the_page(tmp_path) -> None:  # type: ignore[no-untyped-def]

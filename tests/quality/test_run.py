@@ -9,7 +9,7 @@ from pathlib import Path
 from monitor.config import Settings
 from monitor.quality.run import QualityRunner, RunReport
 from monitor.quality.sources.requestlog import RequestLogSource
-from monitor.store.quality import QualityStore
+from monitor.quality.store import QualityStore
 from monitor.store.session import Store
 from tests.quality.helpers import DAY, days_before, make_samples, quality_settings
 from tests.quality.judgeserver import JudgeScript, judge_server

@@ -338,7 +338,7 @@ def test_a_ten_model_targets_baseline_holds_its_samples_and_little_more() -> Non
             counters[metric] = {model: {(("model_name", model),): 7.0 * step} for model in models}
         buckets = {metric: {model: {((("model_name", model),), le): float(step * i) for i, le in enumerate(les)}
                             for model in models} for metric in LENGTH_HISTOGRAMS}
-        collector._remember(state, Snapshot(ts=1_800_000_000 + 15.0 * step, counters=counters, buckets=buckets))
+        collector.pipeline.remember(state, Snapshot(ts=1_800_000_000 + 15.0 * step, counters=counters, buckets=buckets))
     rows = len(models) * (len(BASELINE_COUNTERS) + len(LENGTH_HISTOGRAMS) * len(les))
     samples = (rows * ((300 + 3600) / 15 + 1) + len(models) * ((300 + 7200) / 15 + 1)) * 8
     assert state.baseline.nbytes() <= 1.2 * samples, (state.baseline.nbytes(), samples)

@@ -348,9 +348,9 @@ def test_an_unexpected_error_marks_the_target_down(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A page that trips a bug in our own code: down, with the reason, its numbers gone."""
-    import monitor.service.collector as collector
+    import monitor.service.target as target
 
-    real_extract = collector.extract
+    real_extract = target.extract
     calls = {"n": 0}
 
     def extract_failing_on_the_third_page(*args: Any, **kwargs: Any) -> Any:
@@ -359,7 +359,7 @@ def test_an_unexpected_error_marks_the_target_down(
             raise RuntimeError("boom")
         return real_extract(*args, **kwargs)
 
-    monkeypatch.setattr(collector, "extract", extract_failing_on_the_third_page)
+    monkeypatch.setattr(target, "extract", extract_failing_on_the_third_page)
     with PageServer() as server, caplog.at_level(logging.WARNING, logger="monitor"):
         clock = Clock()
         monitor = Monitor(make_settings({"t": server.set("/metrics", Generated(grown))}), wall=clock)

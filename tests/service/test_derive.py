@@ -243,8 +243,8 @@ def test_a_memo_gives_bucket_columns_that_read_as_the_dicts() -> None:
     import pickle
 
     from monitor.promtext import Columns, Parser
+    from monitor.service.baseline import _decode, _encode
     from monitor.service.extract import ExtractMemo
-    from monitor.store.baseline import _decode, _encode
 
     ttft = {"0.1": 1.0, "1": 3.0, "+Inf": 4.0}
     parser, memo = Parser(), ExtractMemo()
@@ -296,7 +296,7 @@ def test_store_rates_equal_the_reference_per_series_with_gaps_at_any_column(seed
 
 def reference_rate(each: Iterable[list[tuple[float, float]]], end: float, seconds: float) -> float | None:
     """`sum(rate(x[seconds]))` at `end`, the reference promql on each series' samples; None: no series has one."""
-    from monitor.service.promql import extrapolated_increase
+    from tests.promql_oracle import extrapolated_increase
 
     rates = [increase / seconds for points in each if (increase := extrapolated_increase(
         [(t, v) for t, v in points if end - seconds < t <= end], end - seconds, end)) is not None]

@@ -23,8 +23,8 @@ from monitor.canary.outcome import judge as judge_probe
 from monitor.canary.probe import Prober
 from monitor.config import CanaryProbe, JudgeSettings, load_settings
 from monitor.quality.judge import Judge, JudgeInput
+from monitor.quality.store import Verdict
 from monitor.runtime import Monitor
-from monitor.store.quality import Verdict
 from tests.llamacpp import MODEL_NAME, LlamaServer, serve_tiny_model
 
 WINDOW, ELAPSED = "61s", 60.0  # see test_table_reads_the_live_page: rate() is then the plain delta / 60 s

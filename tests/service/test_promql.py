@@ -15,8 +15,6 @@ from monitor.service.promql import (
     _vector_exact,
     bucket_fractions_at_or_below,
     bucket_quantiles,
-    extrapolated_increase,
-    extrapolated_rate,
     fraction_at_or_below,
     histogram_fraction,
     histogram_quantile,
@@ -24,6 +22,7 @@ from monitor.service.promql import (
     ragged_bucket_quantiles,
     reset_corrected_delta,
 )
+from tests.promql_oracle import extrapolated_increase, extrapolated_rate
 
 BUCKETS = [(0.1, 50.0), (0.2, 70.0), (1.0, 110.0), (math.inf, 120.0)]
 

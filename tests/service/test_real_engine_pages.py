@@ -24,8 +24,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.config import load_settings
 from monitor.runtime import Monitor
-from monitor.service.promql import extrapolated_rate, fraction_at_or_below, histogram_quantile
+from monitor.service.promql import fraction_at_or_below, histogram_quantile
 from tests.conftest import FIXTURES
+from tests.promql_oracle import extrapolated_rate
 
 PAGES = FIXTURES / "real_engines"
 # Just longer than the ~65 s between the two reads: Prometheus then extrapolates each counter to

@@ -24,9 +24,10 @@ from prometheus_client.openmetrics import exposition as openmetrics
 from monitor.config import load_settings
 from monitor.runtime import Monitor
 from monitor.scrape import ACCEPT
-from monitor.service.promql import extrapolated_increase, histogram_quantile
+from monitor.service.promql import histogram_quantile
 from tests.appserver import serve_asgi
 from tests.pageserver import OPENMETRICS, Generated, PageServer
+from tests.promql_oracle import extrapolated_increase
 from tests.service.exporters import LATENCY_BUCKETS, MODEL, FakeEngine, prefixed
 
 SCRAPES = 5

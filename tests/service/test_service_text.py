@@ -7,9 +7,10 @@ import dataclasses
 import random
 
 from monitor.exporter import TextWriter, make_registry, render_text
-from monitor.service.collector import LoraState, ServiceView, TargetView
 from monitor.service.derive import Objectives, Window, WindowStats
+from monitor.service.extract import LoraState
 from monitor.service.render import ServiceText, render_service
+from monitor.service.view import ServiceView, TargetView
 
 WINDOWS = [Window("1m", 60.0), Window("5m", 300.0)]
 

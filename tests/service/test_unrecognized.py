@@ -31,6 +31,7 @@ from rich.console import Console
 from monitor.config import load_settings
 from monitor.runtime import Monitor
 from monitor.service.discovery import DiscoveryError, parse_target_groups
+from monitor.settings_check import load_checked_settings
 from monitor.web.overview import overview
 from monitor.web.page import environment, render_page
 from monitor.web.terminal import print_overview
@@ -169,7 +170,8 @@ def test_pinned_engine_names_the_families_expected_and_missing(app_url: tuple[st
 
 def test_a_pinned_engine_must_be_one_the_monitor_knows() -> None:
     with pytest.raises(Exception, match=r"service\.targets\.0\.engine: unknown engine: one of vllm, sglang, tgi"):
-        load_settings(None, {"service": {"targets": [{"name": "a", "url": "http://a/metrics", "engine": "vlm"}]}})
+        load_checked_settings(None, {"service": {"targets": [
+            {"name": "a", "url": "http://a/metrics", "engine": "vlm"}]}})
     [target] = parse_target_groups('[{"targets": ["10.0.0.5:8000"], "labels": {"engine": "sglang"}}]', "sd.json")
     assert target.engine == "sglang"
     with pytest.raises(DiscoveryError, match="unknown engine: one of"):

@@ -22,11 +22,12 @@ from monitor.config import ConfigError, ServiceSettings, load_settings
 from monitor.exporter import TextWriter, make_registry, render_text
 from monitor.health import HealthBook
 from monitor.runtime import Monitor
-from monitor.service.collector import COLLECTOR, MonitorFault, ServiceCollector, ServiceView
+from monitor.service.baseline import BaselineHistory
+from monitor.service.collector import COLLECTOR, ServiceCollector
 from monitor.service.derive import expand
 from monitor.service.render import ServiceText, render_service
-from monitor.service.workers import ParseWorkers
-from monitor.store.baseline import BaselineHistory
+from monitor.service.view import ServiceView
+from monitor.service.workers import MonitorFault, ParseWorkers
 from monitor.store.session import Store
 from tests.appserver import serve_app
 from tests.conftest import FIXTURES
@@ -82,7 +83,7 @@ def test_worker_processes_derive_what_the_worker_thread_derives() -> None:
             processes = ServiceCollector(service, other, HealthBook(), wall=lambda: clock[0], workers=workers)
             both = [thread, processes]
             for collector in both:
-                collector.persist = True  # baseline points queued for the store, as under serve
+                collector.pipeline.persist = True  # baseline points queued for the store, as under serve
             with ThreadPoolExecutor(1) as cpu:
                 for step in range(12):
                     broken.clear()
@@ -113,7 +114,8 @@ def test_worker_processes_derive_what_the_worker_thread_derives() -> None:
                     "non_finite_samples", "error"):
             assert rows[row["name"]][key] == row[key], (row["name"], key)
     assert rows["three"]["models"] == sorted(thread.targets["three"].models) and len(rows["three"]["models"]) == 3
-    assert list(processes._pending) == list(thread._pending) and thread._pending  # the same points to store
+    sent, kept = list(processes.pipeline.pending), list(thread.pipeline.pending)
+    assert sent == kept and kept  # the same points to store
     for name, state in thread.targets.items():  # the gauges the view reads came back whole
         other = processes.targets[name]
         assert other.latest is not None and state.latest is not None

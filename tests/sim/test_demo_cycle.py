@@ -9,9 +9,9 @@ import httpx
 import pytest
 import yaml
 
-from monitor.alerting.rules import load_rules
 from monitor.config import SHIPPED_RULE_FILES, load_settings
 from monitor.infra.replay import ReplayNvml, load_trace
+from monitor.rulefiles.rules import load_rules
 from monitor.sim import EngineConfig, SimulatedEngine
 from monitor.sim.demo_cycle import CYCLE_ALERTS, DEMO_FOR_S, HeldReplayClock, demo_rules
 from monitor.sim.faults import DEMO_SLOT_S, demo_schedule

@@ -14,6 +14,7 @@ from rich.console import Console
 from monitor import aio
 from monitor.config import load_settings
 from monitor.quality.layer import ModelResult, QualityView
+from monitor.quality.summary import QualitySummary
 from monitor.runtime import Monitor
 from monitor.web import overview as overview_module
 from monitor.web.overview import quality_rows, service_rows
@@ -152,7 +153,8 @@ def test_the_app_serves_the_page_and_its_stylesheet() -> None:
 def test_quality_rows_take_the_last_run_per_model_and_link_its_report() -> None:
     summary = {"samples": 100, "score_mean": 3.2, "score_histogram": {"1": 5, "3": 20, "5": 75},
                "refusal_ratio": 0.02, "hallucination_ratio": 0.07, "psi": 0.31, "output_length_mean_change_ratio": -0.4}
-    rows = quality_rows(QualityView({"m": ModelResult("2026-11-30", 1.0, summary)}, 0.5, loaded=True))
+    rows = quality_rows(QualityView({"m": ModelResult("2026-11-30", 1.0, QualitySummary.from_json(summary))}, 0.5,
+                                     loaded=True))
     (q,) = rows["rows"]
     assert q["histogram"] == [5, 0, 20, 0, 75] and q["report"] == "/reports/quality/2026-11-30"
     assert q["score_mean"] == 3.2 and q["psi"] == 0.31 and q["length_change_ratio"] == -0.4

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from monitor.quality.sample import Sample
-from monitor.store.quality import QualityStore
+from monitor.quality.store import QualityStore
 
 
 class RequestLogSource:

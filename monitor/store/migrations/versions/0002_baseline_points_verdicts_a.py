@@ -1,6 +1,6 @@
-"""The baselines' history across restarts (monitor/store/baseline.py): service_baseline_points (per
-target, the baseline series at a coarse cadence) and cost_baseline_points (the $/token baseline's
-samples). Branch verdicts-a (issue #17).
+"""The baselines' history across restarts: service_baseline_points (monitor/service/baseline.py: per
+target, the baseline series at a coarse cadence) and cost_baseline_points (monitor/cost/store.py: the
+$/token baseline's samples). Branch verdicts-a.
 
 Revision ID: 0002
 Revises: 0001

@@ -1,0 +1,184 @@
+"""The load: streamed chat completions at a fixed concurrency (closed loop) or a Poisson rate.
+
+Every request goes through the canary's `observe_stream` (the openai SDK, streaming, usage
+asked for, timed on the client's clock), so the bench and the canary measure the same way.
+Requests are taken in order from the drawn list, cycling: the warm-up takes the first ones,
+each measured window the next, so two runs with the same seed send the same prompts.
+
+A window sends new requests for `duration_s`, then waits for those in flight (each bounded by
+the request timeout); its wall time runs from the first send to the last answer.
+
+Each request is bounded in time and bytes: `timeout_s` is its whole deadline (connect to last
+token, not per read), and its answer is capped (`bounded.py`): past the cap it is ended and
+counted as `too_large`, with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+import httpx
+import openai
+
+from monitor.canary.outcome import judge
+from monitor.canary.probe import observe_stream
+from monitor.loadtest.bounded import BoundedTransport, Caps, counting, response_limit
+from monitor.loadtest.data import Request
+from monitor.loadtest.stats import Sample
+
+BENCH_HEADER = "X-Infermon-Bench"  # marks the load so operators can leave it out of usage reports
+TOO_LARGE = "too_large"  # the bench's own outcome, beside the canary's: an answer ended at its cap
+
+# phase ("warmup" | "measure"), level label, share of the phase done (0..1), requests finished so far
+Progress = Callable[[str, str, float, int], None]
+
+
+@dataclass(frozen=True)
+class Level:
+    kind: Literal["concurrency", "rate"]
+    value: float
+
+    @property
+    def label(self) -> str:
+        return f"c={self.value:g}" if self.kind == "concurrency" else f"{self.value:g} req/s"
+
+
+def parse_levels(concurrency: str | None, rate: str | None, default: Sequence[int]) -> list[Level]:
+    """`--concurrency 1,8,32` or `--rate 10,20`; neither: the scenario's concurrency levels."""
+    if concurrency and rate:
+        raise ValueError("give --concurrency or --rate, not both")
+    if rate:
+        values = [float(v) for v in rate.split(",") if v.strip()]
+        if not values or any(v <= 0 for v in values):
+            raise ValueError(f"--rate {rate!r}: positive requests per second, comma-separated")
+        return [Level("rate", v) for v in values]
+    levels = [int(v) for v in concurrency.split(",") if v.strip()] if concurrency else list(default)
+    if not levels or any(c < 1 for c in levels):
+        raise ValueError(f"--concurrency {concurrency!r}: positive integers, comma-separated")
+    return [Level("concurrency", c) for c in levels]
+
+
+class LoadRunner:
+    def __init__(
+        self, client: openai.AsyncOpenAI, model: str, requests: Sequence[Request], *, timeout_s: float = 600.0,
+        extra_body: dict[str, Any] | None = None, seed: int = 0, progress: Progress | None = None,
+        clock: Callable[[], float] = time.perf_counter, max_response_bytes: int | None = None,
+    ) -> None:  # fmt: skip
+        if not requests:
+            raise ValueError("no requests to send")
+        self.client, self.model, self.requests = client, model, requests
+        self.timeout_s, self.extra_body, self.clock = timeout_s, extra_body or {}, clock
+        self.max_response_bytes = max_response_bytes  # None: by each request's max_tokens
+        self.progress = progress or (lambda phase, label, done, finished: None)
+        self._rng = random.Random(seed)
+        self._next = 0
+
+    def _take(self) -> Request:
+        request = self.requests[self._next % len(self.requests)]
+        self._next += 1
+        return request
+
+    async def warmup(self, count: int, level: Level) -> list[Sample]:
+        """`count` requests at the first level's load, thrown away by the caller."""
+        if count <= 0:
+            return []
+        self.progress("warmup", level.label, 0.0, 0)
+        concurrency = int(level.value) if level.kind == "concurrency" else max(1, min(count, 8))
+        samples: list[Sample] = []
+        started = self.clock()
+
+        issued = 0
+
+        async def worker() -> None:
+            nonlocal issued
+            while issued < count:
+                issued += 1
+                samples.append(await self._one(started))
+                self.progress("warmup", level.label, len(samples) / count, len(samples))
+
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, count))))
+        return samples
+
+    async def measure(self, level: Level, duration_s: float) -> tuple[list[Sample], float]:
+        """The samples of one window and its wall time."""
+        self.progress("measure", level.label, 0.0, 0)
+        started = self.clock()
+        deadline = started + duration_s
+        samples: list[Sample] = []
+
+        def record(sample: Sample) -> None:
+            samples.append(sample)
+            self.progress("measure", level.label, min(1.0, (self.clock() - started) / duration_s), len(samples))
+
+        if level.kind == "concurrency":
+            await self._closed_loop(int(level.value), started, deadline, record)
+        else:
+            await self._poisson(level.value, started, deadline, record)
+        ended = max((s.sent_s + (s.e2e_s or 0.0) for s in samples), default=self.clock() - started)
+        return samples, max(ended, 1e-9)
+
+    async def _closed_loop(self, concurrency: int, started: float, deadline: float,
+                           record: Callable[[Sample], None]) -> None:
+        async def user() -> None:
+            while self.clock() < deadline:
+                record(await self._one(started))
+
+        await asyncio.gather(*(user() for _ in range(concurrency)))
+
+    async def _poisson(self, rate: float, started: float, deadline: float, record: Callable[[Sample], None]) -> None:
+        in_flight: set[asyncio.Task[None]] = set()
+
+        async def one() -> None:
+            record(await self._one(started))
+
+        arrival = started
+        while True:
+            arrival += self._rng.expovariate(rate)
+            if arrival >= deadline:
+                break
+            await asyncio.sleep(max(0.0, arrival - self.clock()))
+            task = asyncio.create_task(one())
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        await asyncio.gather(*list(in_flight))
+
+    async def _one(self, window_start: float) -> Sample:
+        request = self._take()
+        body = {"model": self.model, "messages": list(request.messages), "max_tokens": request.max_tokens}
+        if self.extra_body:
+            body["extra_body"] = self.extra_body
+        sent = self.clock() - window_start
+        with counting(response_limit(request.max_tokens, self.max_response_bytes)) as kept:
+            seen = await observe_stream(self.client, body, self.timeout_s, self.clock, _drop_text)
+        result = judge(seen)
+        outcome: str = result.outcome
+        detail = "" if result.ok else result.detail
+        if kept.too_large is not None:  # the SDK saw only an error it could not read: say which
+            outcome, detail = TOO_LARGE, kept.too_large
+        return Sample(sent_s=sent, ok=outcome == "ok", outcome=outcome, ttft_s=result.ttft_seconds,
+                      tpot_s=result.tpot_seconds, e2e_s=result.e2e_seconds, output_tokens=result.output_tokens,
+                      prompt_tokens=seen.usage_prompt_tokens if result.ok else None, detail=detail)
+
+
+def _drop_text(text: str) -> str:
+    # The answers are not kept (a long run would hold them all); a failure's reason is short.
+    return text[:200]
+
+
+# The SDK's own pool size (openai's DEFAULT_CONNECTION_LIMITS), kept with a transport of ours.
+_POOL = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+
+
+def make_client(base_url: str, api_key: str | None, timeout_s: float, caps: Caps | None = None) -> openai.AsyncOpenAI:
+    """The SDK on an httpx client whose transport caps every answer (`bounded.py`). The openai
+    SDK takes an `httpx.AsyncClient` from 1.x on (3.x, on httpx2, still accepts one)."""
+    http = httpx.AsyncClient(transport=BoundedTransport(httpx.AsyncHTTPTransport(limits=_POOL), caps or Caps()),
+                             timeout=timeout_s, follow_redirects=True)
+    # cast: 3.x types the argument as an httpx2 client, and takes an httpx one as well
+    return openai.AsyncOpenAI(api_key=api_key or "EMPTY", base_url=base_url, max_retries=0, timeout=timeout_s,
+                              default_headers={BENCH_HEADER: "1"}, http_client=cast(Any, http))
