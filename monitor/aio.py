@@ -35,7 +35,7 @@ async def finish(closing: Awaitable[None]) -> None:
 
 
 class Turns:
-    """`await turn()` between the steps of a long job on the loop (a status of 1,000 targets, a
+    """`await turn()` between the steps of a long job on the loop (a large fleet's status, a
     large answer's encoding): the loop's other work gets its turn whenever SLICE_S has passed
     since the last one. What the job reads is the loop's, so it needs no lock; what the loop
     changes between two steps, the job reads as it finds it."""

@@ -104,7 +104,7 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
 
     app.include_router(quality_router(monitor.settings, monitor.quality.store, monitor.store_io, monitor.wall))
 
-    # The two large answers (megabytes at 1,000 targets) are encoded a piece at a time (jsonpieces).
+    # The two large answers (megabytes on a large fleet) are encoded a piece at a time (jsonpieces).
     # The status and the page are made once for the readers that ask while one is made, and at
     # most two at once, so a flood of readers cannot starve /healthz (monitor/web/renders.py).
     renders = Renders()

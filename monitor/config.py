@@ -774,7 +774,7 @@ def describe_problems(problems: list[tuple[Loc, str]], path: str | Path | None) 
     return "\n".join(lines)
 
 
-# ---- canary (issue #13): streaming probes through the OpenAI-compatible API ------------------
+# ---- canary: streaming probes through the OpenAI-compatible API ------------------
 
 
 class CanaryProbe(_Section):

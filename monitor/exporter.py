@@ -45,10 +45,11 @@ def make_registry(renderers: list[Renderer]) -> CollectorRegistry:
 
 
 class TextWriter:
-    """The text exposition format, byte for byte what `generate_latest` writes, ~3x faster.
+    """The text exposition format, byte for byte what `generate_latest` writes, faster.
 
-    `generate_latest` formats every label set anew on each scrape (~5 µs a sample: 60 ms for
-    64 GPUs x 8 nodes). Our label sets repeat from scrape to scrape, so their text is cached.
+    `generate_latest` formats every label set anew on each scrape, a cost per sample that adds up
+    on a node of many GPUs (docs/performance.md). Our label sets repeat from scrape to scrape, so
+    their text is cached.
     """
 
     def __init__(self, cache_limit: int = 500_000) -> None:
@@ -93,11 +94,12 @@ CHUNK = 1 << 20  # characters joined and encoded at a time: about a millisecond 
 def encode_chunks(parts: list[str]) -> list[bytes]:
     """`"".join(parts).encode()` as pieces of about `CHUNK` bytes, each cut between two parts.
 
-    A join and an encode are single C calls that hold the interpreter: on the 74 MB page of
-    1,000 ten-model targets one join held it ~100 ms, and a last join of the encoded pieces into
-    one bytes object held it up to 280 ms (a fresh 74 MB, page-faulted in), the event loop (and
-    /healthz) waiting all along. The pieces are what /metrics sends and the rules read back: never
-    joined in one call. A part is written whole into one piece (a family's text may be larger)."""
+    A join and an encode are single C calls that hold the interpreter: on a large fleet's page
+    one join, and a last join of the encoded pieces into one bytes object (fresh memory,
+    page-faulted in), held it long enough to stall the event loop (and /healthz) all along
+    (docs/measurements.md, seventh and eighth stops). The pieces are what /metrics sends and the
+    rules read back: never joined in one call. A part is written whole into one piece (a family's
+    text may be larger)."""
     chunks: list[bytes] = []
     start, size = 0, 0
     for at, part in enumerate(parts):
@@ -208,11 +210,11 @@ class Exposition:
 
     def gzipped(self) -> bytes:
         """The body compressed, once, when a scraper that accepts gzip (Prometheus does) first asks
-        for it: most renders are never scraped (a page every 5 s, Prometheus every 15), and at
-        1,000 targets of 10 models the 74 MB body took ~0.4 s of CPU to compress each time. zlib
+        for it: most renders are never scraped (a page every 5 s, Prometheus every 15), and a large
+        fleet's body takes long to compress each time (docs/performance.md). zlib
         lets go of the GIL while it works: call it from a thread, never on the event loop."""
         with self._lock:
-            if not self._packed:  # 5 MB -> 0.3 MB; the gzip stream `gzip.compress` writes, piece by piece
+            if not self._packed:  # the gzip stream `gzip.compress` writes, piece by piece
                 packer = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
                 packed = [packer.compress(chunk) for chunk in self.chunks]
                 self._packed.append(b"".join([*packed, packer.flush()]))

@@ -42,7 +42,7 @@ class HeapFreezer:
         self.active = False
         self.ticks = 0  # jobs that ended with a freeze
         # Counted when everything was last frozen (start, a full collection): counting walks every
-        # frozen object, ~0.2 s holding the interpreter at 1,000 ten-model targets, so never per status.
+        # frozen object, holding the interpreter (docs/performance.md), so never per status.
         self.frozen_at_full = 0
         self._full = threading.Lock()
 

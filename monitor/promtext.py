@@ -56,8 +56,8 @@ class Columns(Mapping[_K, float], Generic[_K]):
     last scrape (a family's label sets from the parser's heads, a bucket plan's keys).
 
     What reads a family walks keys and values side by side (the extract, the series store, a
-    baseline point); a dict of them would hash every key again on every scrape (~0.2 ms of a
-    342 KB page's parse, as much again in its extract). A lookup by key builds that dict, once.
+    baseline point); a dict of them would hash every key again on every scrape, in the parse and
+    again in the extract (docs/performance.md). A lookup by key builds that dict, once.
     """
 
     __slots__ = ("_by_key", "_keys", "_values")

@@ -211,8 +211,8 @@ class Monitor:
         # every socket call, 5 ms each by default. 1 ms keeps /healthz answering in milliseconds.
         switch = sys.getswitchinterval()
         sys.setswitchinterval(min(switch, 0.001))
-        # A full garbage collection stops both threads for its whole walk of the heap (0.2-0.65 s at
-        # 1,000 ten-model targets): what is alive after each job of the worker thread is frozen out of
+        # A full garbage collection stops both threads for its whole walk of the heap (long on a large
+        # fleet: docs/performance.md): what is alive after each job of the worker thread is frozen out of
         # those walks (monitor/heap.py). The data replaced on each scrape is freed by refcount.
         self.heap.start()
         if self.service.workers is not None:  # what a parse worker's answer holds, frozen as it is read
@@ -255,7 +255,7 @@ class Monitor:
 
     async def status_in_turns(self) -> dict[str, Any]:
         """`status()` for `GET /api/v1/status`: its two long parts (each target's row, the
-        overview's service rows: ~0.5 s at 1,000 ten-model targets) made on the loop in turns."""
+        overview's service rows, long on a large fleet) made on the loop in turns."""
         return self.status(await self.service.status_in_turns(), await overview_in_turns(self))
 
     def status(self, targets: list[dict[str, object]] | None = None,

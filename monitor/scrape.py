@@ -163,7 +163,8 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
 # The spread scheduler gives every target a `TargetConnection`: h11 (the HTTP/1.1 state machine
 # httpcore itself runs on) over an asyncio protocol. The body arrives in the transport's own
 # reads (256 KiB) straight into the protocol, with no stream, pool, lock or anyio layer between:
-# `python -m bench.http_client`: 0.29-0.34 ms against httpcore's 0.60-0.64 ms per 55 KB page (a 1 MB page: alike).
+# about half httpcore's time per small page, alike on a large one (`python -m bench.http_client`,
+# docs/measurements.md).
 # The injected httpx client (tests, `infermon check`, dcgm targets) keeps `fetch_page`. Same
 # errors, word for word (h11 writes the protocol errors' text for both).
 

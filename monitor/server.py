@@ -109,8 +109,8 @@ def uvicorn_config(app: Any, settings: ServerSettings) -> uvicorn.Config:
                     cap, limit, settings.fd_reserve)
     # loop="asyncio", not uvicorn's "auto" (uvloop wherever it is installed, as in vLLM's and
     # SGLang's images): the scrape path, the parse workers' pipes and the loop's turns are built and
-    # measured on asyncio's own loop. Under uvloop, at 1,000 ten-model targets on 16 cores, the
-    # schedule fell 45 s behind with no derived series, and the parse workers did not start.
+    # measured on asyncio's own loop. Under uvloop, on a large fleet, the schedule fell far behind
+    # with no derived series, and the parse workers did not start (docs/measurements.md, tenth stop).
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False,
         loop="asyncio",

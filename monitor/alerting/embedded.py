@@ -171,8 +171,8 @@ class EmbeddedEvaluator:
     def advance_page(self, body: bytes | Sequence[bytes], ts: float,
                      slack: float) -> tuple[list[Alert], StateChanges] | None:
         """`advance` and `changes` on a rendered /metrics page, in one go: what `infermon serve`
-        runs in its worker thread each publish tick, off the loop (at 1,000 series matching a rule
-        an evaluation took ~80 ms quiet and ~170 ms beside the scrapes: a stall of /healthz)."""
+        runs in its worker thread each publish tick, off the loop (with many series matching a rule
+        an evaluation on the loop was a stall of /healthz: docs/performance.md)."""
         samples = self._read_back(body)
         with self.lock:
             alerts = self.advance(samples, ts, slack)
@@ -206,8 +206,8 @@ class EmbeddedEvaluator:
 
     def _publish(self) -> None:
         """The active alerts for the readers (the overview, the alerts API, status, /metrics), who
-        read them without the lock: an evaluation holds it a long while (at 1,000 ten-model
-        targets, 20,000 alerts, a reader on the loop waited for the worker thread's evaluation)."""
+        read them without the lock: an evaluation holds it a long while (with many alerts, a reader
+        on the loop waited for the worker thread's evaluation)."""
         self._listing = tuple((state.rule.key, fp, alert)
                               for state in self.states for fp, alert in state.active.items())
 
@@ -325,7 +325,7 @@ class EmbeddedEvaluator:
         return [self._row(*each) for each in listed]
 
     async def active_in_turns(self) -> list[dict[str, Any]]:
-        """`active()` on the loop, its other work let in between alerts (20,000 at 1,000 ten-model targets)."""
+        """`active()` on the loop, its other work let in between alerts (a large fleet has many)."""
         turn, rows = Turns(), []
         for each in self._listing:
             rows.append(self._row(*each))

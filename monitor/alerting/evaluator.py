@@ -72,8 +72,8 @@ class RuleState:
     last_evaluation: float | None = None
     # The last evaluation's series -> (that series, its alert's labels, their fingerprint), by the
     # series' identity, for a rule whose labels read nothing of the sample: a reader of page after
-    # page hands the same label dicts every tick (at 1,000 ten-model targets, 20,000 alerts'
-    # labels and fingerprints were built again each tick, to the same result).
+    # page hands the same label dicts every tick (on a large fleet, every alert's labels and
+    # fingerprint were built again each tick, to the same result).
     _by_series: dict[int, tuple[Labels, dict[str, str], str]] = field(default_factory=dict, repr=False)
 
     def evaluate(self, samples: Samples, ts: float, external_url: str = "", slack: float = 0.0,
@@ -116,8 +116,8 @@ class RuleState:
             if static:
                 self._by_series[id(series)] = (series, labels, fp)  # holding `series` keeps its id its own
             # The annotations read the labels (the same, by the fingerprint), the value and the series'
-            # name: an alert whose value has not moved since the last evaluation keeps its texts (at
-            # 1,000 targets a rule matching each one rendered 1,000 descriptions every publish tick).
+            # name: an alert whose value has not moved since the last evaluation keeps its texts (a
+            # rule matching every target rendered one description per target every publish tick).
             source = (value, series.get("__name__", ""))
             known = self.active.get(fp)
             if known is not None and known.rendered_for is not None and _same(known.rendered_for, source):

@@ -30,8 +30,8 @@ from monitor.rulefiles.expr import Matcher, Sample, Series
 _TAIL = re.compile(rb" [^ \n]*$", re.MULTILINE)
 _VALUE = re.compile(rb" ([^ \n_]+)$", re.MULTILINE)
 # A family's lines are read this many bytes at a time, each piece one call of `re` in C that holds
-# the GIL: a family of 60,000 lines (6 MB) read in one call held it 30-50 ms, and the event loop
-# (/healthz) waited that long. 256 KB is about 1 ms.
+# the GIL: a large family read in one call held it long, and the event loop (/healthz) waited
+# that long; a slice holds it briefly (docs/performance.md).
 SLICE = 1 << 18
 
 Matches = dict[tuple[Matcher, ...], list[int]]
@@ -43,8 +43,8 @@ class KeptLabels:
 
     series: dict[tuple[str, Labels], Mapping[str, str]] = field(default_factory=dict)  # by (name, labels)
     # name -> the page's series of that name, in page order, their dicts and the selectors' matches
-    # on them: the same page layout tick after tick (at 1,000 targets of 10 models, 143,000 series
-    # the rules read) is one comparison of two tuples, in C, instead of a hash of every label set.
+    # on them: the same page layout tick after tick (on a large fleet, every series the rules
+    # read) is one comparison of two tuples, in C, instead of a hash of every label set.
     families: dict[str, tuple[tuple[Labels, ...], list[Mapping[str, str]], Matches]] = field(default_factory=dict)
 
     def __len__(self) -> int:

@@ -39,7 +39,8 @@ ProberFactory = Callable[[CanaryProbe, str], ProbeRunner]
 
 
 def sdk_prober(probe: CanaryProbe, user: str) -> ProbeRunner:
-    # Imported here: the openai SDK costs ~0.35 s and ~14 MB, paid only by a monitor with probes.
+    # Imported here: the openai SDK is slow to import and large (docs/performance.md), paid only by
+    # a monitor with probes.
     from monitor.canary.probe import Prober
 
     return Prober(probe, user)

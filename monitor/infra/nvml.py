@@ -1,10 +1,9 @@
 """Local GPUs through NVML (nvidia-ml-py's `pynvml`, injected so tests pass a fake module).
 
 Every call here blocks and can hang forever on a wedged driver: `LocalGpus` runs them on a
-worker thread per GPU under a deadline. What one tick costs on a real H200 (µs, p50):
-utilization 1.4, memory 7, temperature 1.5, power 1.5, clocks 1.5, reasons 1, ECC 1.7 — but
-total energy ~3000 (p99 17000) and the MIG mode 136, so those two are read every
-`slow_interval_s` instead, and field values / PCIe throughput (20 ms, it samples) never.
+worker thread per GPU under a deadline. Most reads are cheap, but total energy and the MIG
+mode cost far more (docs/performance.md), so those two are read every `slow_interval_s`
+instead, and field values / PCIe throughput (20 ms, it samples) never.
 """
 
 from __future__ import annotations

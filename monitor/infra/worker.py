@@ -36,7 +36,7 @@ class Inbox:
     """Outcomes from worker threads, handed to their event loop in as few wake-ups as possible.
 
     Each wake-up of the loop from a thread (call_soon_threadsafe: a pipe write, an epoll
-    return, a callback) costs ~15-20 µs; 64 GPUs finishing together should cost one, not 64.
+    return, a callback) has a cost of its own; 64 GPUs finishing together should cost one, not 64.
     The first outcome to arrive schedules a drain; those arriving before it runs ride along.
     """
 

@@ -58,7 +58,8 @@ class NvmlSource:
     def __init__(self, nvml: Any, name: str = "nvml", clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
         self.nvml = nvml
-        # Energy on every read (the infra layer reads it every 30 s: it costs ~3 ms a GPU).
+        # Energy on every read (the infra layer reads it every 30 s: it is NVML's slowest read,
+        # docs/performance.md).
         self.backend = NvmlBackend(nvml, clock, slow_interval_s=0.0)
         self.gpus: list[GpuIdentity] = []
 

@@ -9,7 +9,7 @@ again), and answers are read by a tolerant parser either way. Every call is boun
 Retries with exponential backoff on 429 (honouring Retry-After), 5xx, timeouts and broken
 connections; a sample whose judgement still fails is a judge error with its cause, never a score.
 
-Bounded in time and bytes (#48 item 4): `timeout` is the deadline of each attempt as a whole
+Bounded in time and bytes: `timeout` is the deadline of each attempt as a whole
 (connect, send, every byte of the answer), not of each read, so a sample takes at most
 `max_retries + 1` timeouts plus the backoffs between them; an answer past `answer_cap(max_tokens)`
 is refused unread (`judge_http`); the answer and its usage are read by `completion`, so an

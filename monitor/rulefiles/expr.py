@@ -33,8 +33,8 @@ Samples = Mapping[str, Sequence[Sample]]  # metric name -> its series (labels in
 class Series(Sequence[Sample]):
     """One metric's samples as a reader of page after page keeps them: the label dicts (the same
     list while the page's series stay as they were) beside this page's values. A selector keeps
-    which series it matched in `matches`, which lives as long as that list: at 1,000 ten-model
-    targets the rules' matchers ran on 140,000 series every tick, with the same answer."""
+    which series it matched in `matches`, which lives as long as that list: on a large fleet the
+    rules' matchers ran on every series every tick, with the same answer."""
 
     __slots__ = ("labels", "matches", "values")
 

@@ -1,4 +1,4 @@
-"""What one target may cost the monitor (#48 item 1): a page over a budget is refused with the
+"""What one target may cost the monitor: a page over a budget is refused with the
 reason, its target reads down (state `refused`, `inference_target_refused` 1), and every other
 target and job goes on.
 
@@ -10,8 +10,8 @@ target and job goes on.
                                     In a parse worker process the call has a deadline of its own:
                                     a worker that does not answer by then is killed and replaced.
 
-A page of 20,000 model names (2.4 MB, under the 10 MB page cap) froze the service and alerting
-pipeline until a restart: the cost of a page grows with its models (a window's rates, stats and
+A page of many thousands of model names, under the page cap, froze the service and alerting
+pipeline until a restart (docs/hardening.md): the cost of a page grows with its models (a window's rates, stats and
 lines for each), not with its bytes alone.
 """
 

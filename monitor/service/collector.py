@@ -344,7 +344,7 @@ class ServiceCollector:
         return [self._status_row(name, state) for name, state in self.targets.items()]
 
     async def status_in_turns(self) -> list[dict[str, object]]:
-        """`status()` on the loop, the loop's other work let in between rows (1,000 targets: ~0.1 s)."""
+        """`status()` on the loop, the loop's other work let in between rows."""
         turn, rows = Turns(), []
         for name, state in list(self.targets.items()):
             rows.append(self._status_row(name, state))

@@ -347,9 +347,9 @@ def fleet_rates(per_target: Iterable[dict[str, Rates]]) -> dict[str, Rates]:
 
     Where every target serving a model has the same counters and bounds (one engine version
     across the fleet), each target's numbers are one row (`_row`, made once per `Rates`) and numpy
-    adds the rows target after target: what the sums below give, bit for bit. 1,000 targets of 10
-    models took ~0.4 s a publish tick in the per-histogram sums, looking every bound up in every
-    target's dicts.
+    adds the rows target after target: what the sums below give, bit for bit. The per-histogram
+    sums, looking every bound up in every target's dicts, took a large fleet's publish tick long
+    (docs/measurements.md, seventh stop).
     """
     members: dict[str, list[Rates]] = {}
     for target in per_target:
@@ -441,8 +441,8 @@ def _sum_by_rows(total: Rates, each: list[Rates]) -> bool:
     if any(other is not keys for other, _ in rows) or not rows[0][1].size:
         return False
     # Row after row, in place: the loop's order, so its floats bit for bit (`add.accumulate` over the
-    # stacked rows gave the same, but copied 1,000 rows and wrote every partial sum: ~180 ms of one
-    # publish tick at 1,000 ten-model targets, in calls of several milliseconds that held the GIL).
+    # stacked rows gave the same, but copied every row and wrote every partial sum: a good part of
+    # a large fleet's publish tick, in long calls that held the GIL; docs/measurements.md, eighth stop).
     acc = rows[0][1].copy()
     for _, values in rows[1:]:
         np.add(acc, values, out=acc)
@@ -503,8 +503,8 @@ def _sum_shared(each: list[LeRates]) -> LeRates:
     """The targets' bucket rates summed on the bounds they all have, target after target.
 
     Where every target has the first one's bounds (one engine version across the fleet), numpy adds
-    the rows. 1,000 targets x 10 models x 7 histograms x 2 windows were 2.4 M Python additions an
-    assemble.
+    the rows: in Python, every bound of every histogram, window, model and target was an addition
+    of its own, each assemble.
     """
     first = tuple(each[0])
     if len(each) > 1 and first:

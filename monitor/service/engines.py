@@ -469,8 +469,8 @@ def router_sample(page: Page) -> bool:
 
 def is_router(text: str, prefix: str = "") -> bool:
     # Every spelling holds the marker's name after its last ':' ("current_qps"): one scan of the
-    # page rules out an engine's page, where four (two spellings, two line forms) took ~0.2 ms of
-    # a 342 KB page's scrape.
+    # page rules out an engine's page, where four (two spellings, two line forms) were a visible
+    # part of a large page's scrape (docs/measurements.md, fifth stop).
     return any(m.rpartition(":")[2] in text and any(_has_sample(text, s) for s in spellings(m, prefix))
                for m in ROUTER_MARKERS)
 

@@ -245,7 +245,7 @@ class ServiceText:
         fleet[_STALE_COUNT] = _text(stale, writer)
         every = [lines.texts for lines in kept.values()]
         for name, head in self._headers.items():
-            # Each target's text a part of its own (never one join of a family's 6 MB: `encode_chunks`
+            # Each target's text a part of its own (never one join of a large family: `encode_chunks`
             # cuts the page between parts, the interpreter free between its pieces).
             body = [texts[name] for texts in every if name in texts]
             if name in fleet:

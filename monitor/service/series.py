@@ -417,7 +417,7 @@ def _extrapolate(
 
 # The keys and groups every store of this process has made, each kept once: the replicas of one
 # model write the same series (the same names and labels on every page), and a target's two
-# stores share theirs. A ten-model target's keys and groups were ~0.3 MiB of tuples of its own.
+# stores share theirs. Kept per target, they were tuples every target paid for again (docs/performance.md).
 _shared_key: Interned[SeriesKey] = Interned(1 << 18)
 _shared_group: Interned[GroupKey] = Interned(1 << 18)
 

@@ -1,17 +1,17 @@
 """Pages parsed and targets derived in processes of their own (`service.parse_workers`).
 
 Under `infermon serve` the loop fetches every page and one worker thread parses it and derives
-its target's numbers: one interpreter, so the process tops out near one core. At 1,000 targets
-of 10 models that thread needed more than a core, fell behind, and held the interpreter the loop
-answers `/healthz` with (#22). With `parse_workers: N` each target belongs to one of N processes
+its target's numbers: one interpreter, so the process tops out near one core, and a thread that
+needs more falls behind and holds the interpreter the loop answers `/healthz` with
+(docs/performance.md, "Past one core"). With `parse_workers: N` each target belongs to one of N processes
 (a hash of its name). That process keeps the target's parser, series stores and baseline, parses
 each page the loop fetched, derives the target's numbers and writes its lines of /metrics; the
 loop gets back what the view, `/metrics` and the status read (`Ingested`: the gauges, the
-derived numbers, the rates compacted to a row each, the lines, the baseline point to store):
-~0.4 ms to read against ~10 ms of work on a 10-model page.
+derived numbers, the rates compacted to a row each, the lines, the baseline point to store),
+a small part of the work it stands for.
 
     workers = ParseWorkers(settings.service, 2)
-    collector = ServiceCollector(settings.service, client, health, workers=workers)
+    collector = ServiceCollector(settings.service, client, health, workers=workers)  # in the monitor
     await collector.scrape(state, cpu)     # the page goes to the target's process
     await workers.aclose()                 # ends the processes it started
 
@@ -189,8 +189,8 @@ class _Process:
 
 def _loads(data: bytes) -> Any:
     """An answer read back with the collector off: its ~10,000 objects would start collections
-    of the young generations midway, each walking what was read so far (at 1,000 ten-model
-    targets 150 collections a second took 7 % of the loop); they are frozen next, under serve."""
+    of the young generations midway, each walking what was read so far (a noticeable share of
+    the loop on a large fleet: docs/performance.md); they are frozen next, under serve."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -92,8 +92,8 @@ def service_rows(view: ServiceView, configured: bool) -> dict[str, Any]:
 
 
 async def service_rows_in_turns(view: ServiceView, configured: bool) -> dict[str, Any]:
-    """`service_rows` on the loop, its other work let in between targets (1,000 ten-model targets:
-    10,000 rows, ~0.3 s). `view` is the published one, which nothing changes: the rows are of one view."""
+    """`service_rows` on the loop, its other work let in between targets (a row per target and model:
+    a large fleet's are many). `view` is the published one, which nothing changes: the rows are of one view."""
     window, turn, rows = _window(view), Turns(), []
     for name, target in sorted(view.targets.items()):
         rows += _target_rows(view, window, name, target)
@@ -243,7 +243,7 @@ def cost_summary(view: CostView) -> dict[str, Any]:
 
 def _alerts(source: OverviewSource, counts: dict[tuple[str, str, str], int]) -> dict[str, Any]:
     """The first SHOWN_ALERTS active alerts (firing first, then by name) with their deliveries,
-    and how many are firing and pending in all: at 1,000 ten-model targets 20,000 can be active,
+    and how many are firing and pending in all: a large fleet can have tens of thousands active,
     and building, sending and reading every one of them is the alerts API's job, not the page's."""
     active = source.alerting.active(limit=SHOWN_ALERTS) if source.alerting else []
     recent = source.delivery.latest  # kept by the store thread: no query on the loop

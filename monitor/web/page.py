@@ -56,7 +56,7 @@ def add_overview_routes(app: FastAPI, source: OverviewSource, renders: Renders) 
 async def page_bytes(template: Any, source: OverviewSource, refresh: int) -> bytes:
     """The page as GET / answers it. The numbers are taken on the loop, in turns (no race with the
     collectors); the HTML is written (and encoded) in a thread, where the loop gets the interpreter
-    every few milliseconds (a page of 1,000 ten-model targets took seconds to write)."""
+    every few milliseconds (a large fleet's page takes long to write: docs/measurements.md)."""
     from monitor.web.overview import overview_in_turns
 
     data = await overview_in_turns(source)
