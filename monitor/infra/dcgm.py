@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from monitor.infra.fields import DcgmField, dcgm_fields
 from monitor.infra.reading import GpuIdentity, GpuReading, GpuState, MigReading
 from monitor.promtext import Page
 
@@ -33,15 +34,8 @@ TO_BASE: dict[str, Callable[[float], float]] = {
 }
 
 
-@dataclass(frozen=True)
-class DcgmField:
-    metric: str  # the exporter's metric name
-    attribute: str  # GpuReading attribute it fills (memory_free_bytes only derives the total)
-    unit: str  # a key of TO_BASE
-    generation: str  # "4.8": legacy names/units (<= 4.8.x); "4.9": DCGM 4.7 names, base units
-
-
-# Newest spelling first: when a page carries both (a custom CSV), the base-unit one wins.
+# Newest spelling first: when a page carries both (a custom CSV), the base-unit one wins. The
+# plain fields' spellings are in their entries of fields.GPU_FIELDS; these are the others'.
 DCGM_FIELDS: tuple[DcgmField, ...] = (
     DcgmField("DCGM_FI_DEV_GPU_UTIL_RATIO", "kernel_active_ratio", "base", "4.9"),
     DcgmField("DCGM_FI_DEV_GPU_UTIL", "kernel_active_ratio", "percent", "4.8"),
@@ -55,20 +49,11 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
     DcgmField("DCGM_FI_DEV_FB_RESERVED", "memory_reserved_bytes", "MiB", "4.8"),
     DcgmField("DCGM_FI_DEV_FB_CAPACITY_BYTES", "memory_total_bytes", "base", "4.9"),
     DcgmField("DCGM_FI_DEV_FB_TOTAL", "memory_total_bytes", "MiB", "4.8"),
-    DcgmField("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "temperature_celsius", "base", "4.9"),
-    DcgmField("DCGM_FI_DEV_GPU_TEMP", "temperature_celsius", "base", "4.8"),
-    DcgmField("DCGM_FI_DEV_BOARD_POWER_WATTS", "power_watts", "base", "4.9"),
-    DcgmField("DCGM_FI_DEV_POWER_USAGE", "power_watts", "base", "4.8"),
-    DcgmField("DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS", "power_limit_watts", "base", "4.9"),
-    DcgmField("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "power_limit_watts", "base", "4.8"),
     DcgmField("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", "energy_joules", "base", "4.9"),
     DcgmField("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "energy_joules", "mJ", "4.8"),
-    DcgmField("DCGM_FI_DEV_SM_CLOCK_HERTZ", "sm_clock_hertz", "base", "4.9"),
-    DcgmField("DCGM_FI_DEV_SM_CLOCK", "sm_clock_hertz", "MHz", "4.8"),
     DcgmField("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "clock_event_mask", "base", "4.9"),
     DcgmField("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "clock_event_mask", "base", "4.8"),
-    # Not renamed by DCGM 4.7; commented out in both generations' default CSV.
-    DcgmField("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "ecc_uncorrected_errors", "base", "4.8"),
+    *dcgm_fields(),
 )
 WANTED = frozenset(f.metric for f in DCGM_FIELDS)
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
+from monitor.infra.fields import GPU_FIELDS, NvmlCall
 from monitor.infra.reading import GpuIdentity, GpuLost, GpuReading, MigReading, NotPresent
 
 T = TypeVar("T")
@@ -93,26 +94,23 @@ class NvmlBackend:
         slow = self._slow_fields(index, handle)
         used, total, reserved = self._memory(index, handle)
         utilization = self._optional(nvml.nvmlDeviceGetUtilizationRates, handle)
-        power_mw = self._optional(nvml.nvmlDeviceGetPowerUsage, handle)
-        limit_mw = self._optional(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
-        sm_mhz = self._optional(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)
-        ecc = self._optional(nvml.nvmlDeviceGetTotalEccErrors, handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                             nvml.NVML_VOLATILE_ECC)
+        plain = {f.attribute: self._plain(f.nvml, handle) for f in GPU_FIELDS if f.nvml is not None}
         return GpuReading(
             kernel_active_ratio=None if utilization is None else utilization.gpu / 100.0,
             memory_used_bytes=used,
             memory_total_bytes=total,
             memory_reserved_bytes=reserved,
-            temperature_celsius=_number(self._optional(nvml.nvmlDeviceGetTemperature, handle,
-                                                       nvml.NVML_TEMPERATURE_GPU)),
-            power_watts=None if power_mw is None else power_mw / 1000.0,
-            power_limit_watts=None if limit_mw is None else limit_mw / 1000.0,
             energy_joules=slow.energy_joules,
-            sm_clock_hertz=None if sm_mhz is None else sm_mhz * 1e6,
             clock_event_mask=self._optional(self._clock_events_call(), handle),
-            ecc_uncorrected_errors=_number(ecc),
             mig=tuple(self._mig_reading(slot) for slot in slow.mig),
+            **cast(dict[str, Any], plain),  # each a float or None, by the table's attribute names
         )
+
+    def _plain(self, call: NvmlCall, handle: Any) -> float | None:
+        """A plain field of fields.GPU_FIELDS, in base units; None where the GPU does not support it."""
+        nvml = self.nvml
+        raw = self._optional(getattr(nvml, call.function), handle, *(getattr(nvml, c) for c in call.constants))
+        return None if raw is None else float(raw) / call.divide * call.multiply
 
     def _memory(self, index: int, handle: Any) -> tuple[float | None, float | None, float | None]:
         # v2 separates driver-reserved memory from `used`; old drivers only answer v1.
@@ -203,6 +201,3 @@ def _mig_profile(name: str) -> str:
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
-
-def _number(value: float | None) -> float | None:
-    return None if value is None else float(value)

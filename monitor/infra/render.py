@@ -10,11 +10,13 @@ from collections.abc import Iterator, Mapping
 
 from prometheus_client.core import Metric
 
-from monitor.catalog import family
+from monitor.catalog import CATALOG, family
+from monitor.infra.fields import GPU_FIELDS
 from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuReading, GpuState, InfraView, MigReading
 
-# Our metric -> GpuReading attribute (or property), per {node, gpu}.
-_GPU_VALUES = {
+# Our metric -> GpuReading attribute (or property), per {node, gpu}: the fields read in their own
+# way and the derived ratios here, the plain fields from their table; in the catalog's order.
+_OWN_VALUES = {
     "inference_gpu_utilization_ratio": "utilization_ratio",
     "inference_gpu_kernel_active_ratio": "kernel_active_ratio",
     "inference_gpu_graphics_engine_active_ratio": "graphics_engine_active_ratio",
@@ -22,14 +24,11 @@ _GPU_VALUES = {
     "inference_gpu_memory_total_bytes": "memory_total_bytes",
     "inference_gpu_memory_reserved_bytes": "memory_reserved_bytes",
     "inference_gpu_memory_used_ratio": "memory_used_ratio",
-    "inference_gpu_temperature_celsius": "temperature_celsius",
-    "inference_gpu_power_watts": "power_watts",
-    "inference_gpu_power_limit_watts": "power_limit_watts",
     "inference_gpu_power_used_ratio": "power_used_ratio",
     "inference_gpu_energy_joules_total": "energy_joules",
-    "inference_gpu_sm_clock_hertz": "sm_clock_hertz",
-    "inference_gpu_ecc_uncorrected_errors_total": "ecc_uncorrected_errors",
 }
+_ATTRIBUTES = {**_OWN_VALUES, **{f.metric: f.attribute for f in GPU_FIELDS}}
+_GPU_VALUES = {name: _ATTRIBUTES[name] for name in CATALOG if name in _ATTRIBUTES}
 # Per MIG GPU instance, {node, gpu, gpu_instance, profile}.
 _MIG_VALUES = {
     "inference_gpu_mig_memory_used_bytes": "memory_used_bytes",
