@@ -8,36 +8,20 @@ relative change of the mean length, and the age of the last run.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from prometheus_client.core import Metric
 
 from monitor.catalog import family
 from monitor.quality.checks import refusal_baseline_ratio
 from monitor.quality.layer import QualityView
-from monitor.quality.summary import LengthStats, QualitySummary
-
-# metric -> its number in a run's summary
-_GAUGES: dict[str, Callable[[QualitySummary], float | None]] = {
-    "inference_quality_score_mean": lambda s: s.score_mean,
-    "inference_quality_samples": lambda s: s.samples,
-    "inference_quality_refusal_ratio": lambda s: s.refusal_ratio,
-    "inference_quality_hallucination_ratio": lambda s: s.hallucination_ratio,
-    "inference_quality_output_length_psi": lambda s: s.psi,
-    "inference_quality_output_length_ks_pvalue": lambda s: s.ks_pvalue,
-    "inference_quality_output_length_mean_change_ratio": lambda s: s.output_length_mean_change_ratio,
-    "inference_quality_score_baseline_delta": lambda s: s.score_baseline_delta,
-    "inference_quality_judge_errors": lambda s: s.judge_errors,
-    "inference_quality_judge_error_ratio": lambda s: s.judge_error_ratio,
-    "inference_quality_judged_ratio": lambda s: s.judged_ratio,
-    "inference_quality_judge_suspect_verdicts": lambda s: s.suspect_verdicts,
-}
+from monitor.quality.summary import GAUGES, LengthStats
 
 
 def render_quality(view: QualityView, now: float) -> Iterator[Metric]:
     if not view.latest:
         return  # no run stored yet: no series at all (not zeros)
-    families = {name: family(name) for name in _GAUGES}
+    families = {name: family(name) for name in GAUGES.values()}
     refusal_ratio = family("inference_quality_refusal_baseline_ratio")
     tokens = family("inference_quality_output_tokens")
     last_run = family("inference_quality_last_run_timestamp_seconds")
@@ -46,8 +30,8 @@ def render_quality(view: QualityView, now: float) -> Iterator[Metric]:
     for model, result in sorted(view.latest.items()):
         labels = {"model": model}
         summary = result.summary
-        for name, number in _GAUGES.items():
-            value = number(summary)
+        for attribute, name in GAUGES.items():
+            value = getattr(summary, attribute)
             if value is not None:
                 families[name].add_sample(name, labels, float(value))
         ratio = refusal_baseline_ratio(summary.refusal_ratio, summary.baseline_refusal_ratio)

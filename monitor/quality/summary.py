@@ -33,36 +33,45 @@ class LengthStats:
         return cls(data["count"], data["sum"], data["mean"], data["p50"], data["p95"])
 
 
+def gauge(metric: str) -> Any:
+    """A summary field exported as it is: one gauge per model, named `metric` (see `GAUGES`)."""
+    return field(default=None, metadata={"gauge": metric})
+
+
 @dataclass(frozen=True)
 class QualitySummary:
-    """The run's numbers for one model (see `checks.summarise`); the field order is the JSON's."""
+    """The run's numbers for one model (see `checks.summarise`); the field order is the JSON's.
 
-    samples: int | None = None  # usable verdicts (scored)
+    A field declared with `gauge(...)` is exported on /metrics as that gauge, per model, when the
+    run has it: a new check is its function in `checks`, its field here and its catalog line.
+    """
+
+    samples: int | None = gauge("inference_quality_samples")  # usable verdicts (scored)
     sampled: int | None = None
     available: int | None = None  # distinct responses on the day
     sample_size: int | None = None
     short_of_sample_size: int | None = None
-    score_mean: float | None = None
+    score_mean: float | None = gauge("inference_quality_score_mean")
     score_histogram: Mapping[str, int] | None = None  # "1".."5" -> count
     refusals: int | None = None
-    refusal_ratio: float | None = None
+    refusal_ratio: float | None = gauge("inference_quality_refusal_ratio")
     refusal_ratio_ci95: tuple[float, float] | None = None
     refusals_by_keyword: int | None = None
     refusals_by_judge: int | None = None
-    hallucination_ratio: float | None = None
+    hallucination_ratio: float | None = gauge("inference_quality_hallucination_ratio")
     output_tokens: LengthStats | None = None
     baseline_output_tokens: LengthStats | None = None
-    output_length_mean_change_ratio: float | None = None
-    psi: float | None = None
-    ks_pvalue: float | None = None
+    output_length_mean_change_ratio: float | None = gauge("inference_quality_output_length_mean_change_ratio")
+    psi: float | None = gauge("inference_quality_output_length_psi")
+    ks_pvalue: float | None = gauge("inference_quality_output_length_ks_pvalue")
     baseline_score_mean: float | None = None
-    score_baseline_delta: float | None = None
+    score_baseline_delta: float | None = gauge("inference_quality_score_baseline_delta")
     baseline_refusal_ratio: float | None = None
     refusal_baseline_ratio: float | None = None  # None (not +Inf) after a baseline without refusals
-    judge_errors: int | None = None
-    judge_error_ratio: float | None = None
-    judged_ratio: float | None = None
-    suspect_verdicts: int | None = None
+    judge_errors: int | None = gauge("inference_quality_judge_errors")
+    judge_error_ratio: float | None = gauge("inference_quality_judge_error_ratio")
+    judged_ratio: float | None = gauge("inference_quality_judged_ratio")
+    suspect_verdicts: int | None = gauge("inference_quality_judge_suspect_verdicts")
     failed: str | None = None  # why the run failed (the judge did); None when it did not
     judge_input_tokens: int | None = None
     judge_output_tokens: int | None = None
@@ -122,3 +131,7 @@ def _plain(value: Any) -> Any:
 
 
 _FIELDS: tuple[str, ...] = tuple(f.name for f in fields(QualitySummary) if f.name not in ("absent", "extra"))
+
+# Summary field -> the gauge that exports it as it is (the fields declared with `gauge(...)`).
+GAUGES: Mapping[str, str] = MappingProxyType(
+    {f.name: f.metadata["gauge"] for f in fields(QualitySummary) if "gauge" in f.metadata})

@@ -10,6 +10,7 @@ from monitor.exporter import make_registry, render_text
 from monitor.quality.checks import Judged, summarise
 from monitor.quality.layer import ModelResult, QualityView
 from monitor.quality.render import render_quality
+from monitor.quality.summary import GAUGES
 from tests.conftest import require_binary
 
 
@@ -39,6 +40,18 @@ def test_values() -> None:
     assert 'inference_quality_run_failed{model="qwen3-8b"} 0.0' in text
     assert 'inference_quality_judged_ratio{model="qwen3-8b"} 1.0' in text
     assert "# TYPE inference_quality_output_tokens summary" in text
+
+
+def test_every_gauge_field_is_exported_as_its_value() -> None:
+    """A field declared with gauge(...) is on the page with the summary's number, under its name."""
+    summary = view().latest["qwen3-8b"].summary
+    text = page(view())
+    assert len(GAUGES) >= 12
+    for attribute, name in GAUGES.items():
+        value = getattr(summary, attribute)
+        assert value is not None, attribute
+        line = next(line for line in text.splitlines() if line.startswith(f'{name}{{model="qwen3-8b"}} '))
+        assert math.isclose(float(line.split()[-1]), float(value), rel_tol=1e-12), attribute
 
 
 def test_nothing_before_the_first_run() -> None:
