@@ -20,7 +20,8 @@ class PrometheusServer:
 
     def __init__(self, jobs: dict[str, list[str]], interval: str = "1s", binary: str | None = None,
                  rule_files: list[Path] | None = None, evaluation_interval: str | None = None,
-                 alertmanagers: list[str] | None = None, scrape_configs: list[dict[str, Any]] | None = None) -> None:
+                 alertmanagers: list[str] | None = None, scrape_configs: list[dict[str, Any]] | None = None,
+                 retention: str | None = None) -> None:
         self.binary = binary or shutil.which("prometheus") or "prometheus"
         self.jobs = jobs
         self.interval = interval
@@ -28,6 +29,7 @@ class PrometheusServer:
         self.evaluation_interval = evaluation_interval or interval
         self.alertmanagers = alertmanagers or []  # host:port of Alertmanagers it sends firing alerts to
         self.scrape_configs = scrape_configs or []  # whole scrape configs (relabelling), beside `jobs`
+        self.retention = retention  # --storage.tsdb.retention.time (backfilled weeks need more than 15d)
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="infermon-prom-"))
         self.process: subprocess.Popen[bytes] | None = None
@@ -62,7 +64,8 @@ class PrometheusServer:
         with (self.dir / "prometheus.log").open("wb") as log:
             self.process = subprocess.Popen(
                 [self.binary, f"--config.file={config}", f"--storage.tsdb.path={self.dir / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}"],
+                 f"--web.listen-address=127.0.0.1:{self.port}",
+                 *([f"--storage.tsdb.retention.time={self.retention}"] if self.retention else [])],
                 stdout=log, stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + 30

@@ -308,5 +308,54 @@ def db_upgrade(config: ConfigOption = None) -> None:
     raise typer.Exit(upgrade_command(_settings(config).storage.url))
 
 
+history = typer.Typer(help="The long-horizon history the trend rules read (alerts/trend.yml).", no_args_is_help=True)
+app.add_typer(history, name="history")
+
+
+@history.command("import")
+def history_import(
+    prometheus: Annotated[str, typer.Option("--prometheus", help="Base URL of a Prometheus that scraped the monitor")],
+    config: ConfigOption = None,
+    days: Annotated[float, typer.Option(help="How many days back to import", min=0.1)] = 21.0,
+    drop_label: Annotated[list[str] | None, typer.Option(
+        "--drop-label", help="Labels the scrape added, removed from each series (default: job, instance)")] = None,
+) -> None:
+    """Seed the history from Prometheus: the series the trend rules and history.series name, as
+    5-minute means, into storage.url (a point the monitor stored itself wins)."""
+    import time
+
+    import httpx
+
+    from monitor.history.importer import SCRAPE_LABELS, HistoryImportError, import_prometheus
+    from monitor.history.keeper import wanted_of
+    from monitor.history.store import HistoryTables
+    from monitor.runtime import load_ruleset
+    from monitor.store.session import Store
+
+    settings = _settings(config)
+    try:
+        wanted = wanted_of(load_ruleset(settings), settings.history.series)
+    except ConfigError as exc:
+        typer.secho(f"configuration error:\n{exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+    store = Store(settings.storage.url)
+    end = time.time()
+    try:
+        with httpx.Client(base_url=prometheus, timeout=60, trust_env=False) as client:
+            done = import_prometheus(client, wanted, end - days * 86400, end, HistoryTables(store.engine),
+                                     progress=lambda line: typer.echo(f"  {line}", err=True),
+                                     drop=SCRAPE_LABELS if drop_label is None else drop_label)
+    except HistoryImportError as exc:
+        typer.secho(f"history import failed: {exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(1) from None
+    finally:
+        store.close()
+    typer.echo(f"imported {done.series} series, {done.points} points over {done.days} days in {done.seconds:.1f} s")
+    if done.series == 0:
+        typer.secho("nothing matched: has this Prometheus scraped the monitor's /metrics?", err=True,
+                    fg=typer.colors.YELLOW)
+        raise typer.Exit(1)
+
+
 if __name__ == "__main__":
     app()

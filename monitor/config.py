@@ -307,6 +307,39 @@ class StorageSettings(_Section):
         return value
 
 
+# What the history keeps besides the trend rules' own selectors: the figures an operator reads
+# week over week (the overview's column, `infermon history show`). Instant selectors of the
+# monitor's own series.
+DEFAULT_HISTORY_SERIES = (
+    'inference_ttft_seconds{window="5m",quantile=~"0.5|0.99"}',
+    'inference_tpot_seconds{window="5m",quantile=~"0.5|0.99"}',
+    'inference_e2e_latency_seconds{window="5m",quantile=~"0.5|0.99"}',
+    'inference_queue_time_seconds{window="5m",quantile=~"0.5|0.99"}',
+    'inference_requests_per_second{window="5m"}',
+    'inference_generation_tokens_per_second{window="5m"}',
+    'inference_request_error_ratio{window="5m"}',
+    "inference_kv_cache_usage_ratio",
+    'inference_prefix_cache_hit_ratio{window="5m"}',
+    "inference_gpu_utilization_ratio",
+    "inference_gpu_power_watts",
+    'inference_cost_usd_per_million_tokens{window="5m"}',
+    "inference_quality_score_mean",
+    "inference_quality_refusal_ratio",
+    "inference_quality_hallucination_ratio",
+    'inference_quality_output_tokens{quantile="0.5"}',
+)
+
+
+class HistorySettings(_Section):
+    enabled: bool = Field(True, description="Keep the long-horizon history the trend rules (alerts/trend.yml) read")
+    retention: Duration = Field(
+        Duration("35d"), description="How long the history's 5-minute points are kept in the store (at least the "
+        "trend rules' reach, 17 days)")
+    series: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_HISTORY_SERIES),
+        description="Selectors of the monitor's own series the history keeps besides those the trend rules read")
+
+
 class ServerSettings(_Section):
     host: str = "0.0.0.0"
     port: int = Field(9480, ge=0, le=65535)
@@ -421,7 +454,7 @@ def _read_secret_env(variable: str, key: str) -> str:
     return value
 
 
-SHIPPED_RULE_FILES = ("infra", "service", "monitor", "cost", "canary", "quality")
+SHIPPED_RULE_FILES = ("infra", "service", "monitor", "cost", "canary", "quality", "trend")
 
 
 class CauseSettings(_Section):
@@ -679,6 +712,7 @@ class Settings(BaseSettings):
         return self
     cost: CostSettings = Field(default_factory=CostSettings)
     quality: QualitySettings = Field(default_factory=QualitySettings)
+    history: HistorySettings = Field(default_factory=HistorySettings)
 
     @classmethod
     def settings_customise_sources(

@@ -39,6 +39,8 @@ from monitor.cost.collector import CostCollector
 from monitor.exporter import ExpositionCache, TextWriter, make_registry, render_health, render_text
 from monitor.health import CollectorHealth, HealthBook
 from monitor.heap import AfterEachJob, HeapFreezer
+from monitor.history.keeper import build_keeper, first_day
+from monitor.history.store import DAY, HistoryTables
 from monitor.infra.collector import InfraCollector, import_pynvml
 from monitor.layer import SERVICE, Canary, Cost, Infra, Job, Layer, OwnPart, Part, Quality, Service
 from monitor.looplag import LoopLagProbe, render_loop_lag
@@ -97,7 +99,7 @@ class Monitor:
         # Unless a test sets it: wall time that a step of the system clock does not move (monitor/clock.py).
         wall = self.wall = wall if wall is not None else SteadyClock()
         check_settings(settings, config_path)  # first: a bad setting or rule file fails before anything is opened
-        ruleset = _load_rules(settings)
+        ruleset = load_ruleset(settings)
         self.started = wall()
         self.collected_at: dict[str, float] = {}  # layer -> when its first collection since start ended
         self.health = HealthBook(wall=wall)
@@ -130,9 +132,15 @@ class Monitor:
         # alerting: the rule files evaluated in-process on what /metrics exports
         self.transitions: Transitions = transitions or (lambda: self.delivery.recent(50))
         self.alerting: EmbeddedEvaluator | None = None
+        # the long-horizon history the trend rules read (alerts/trend.yml), reloaded from the store
+        self.history_tables = HistoryTables(self.store.engine)
+        self.trend_history = build_keeper(settings.history, ruleset)
+        if self.trend_history is not None:
+            now = wall()
+            self.trend_history.load(self.history_tables.read(first_day(now, self.trend_history.memory_days)), now)
         if ruleset is not None:
             self.alerting = EmbeddedEvaluator(ruleset, self.store.engine, sink or self.delivery,
-                                              settings.alerting.external_url)
+                                              settings.alerting.external_url, history=self.trend_history)
         # alert context: the other layers' evidence and a probable cause on each alert as it fires
         self.explainer = Explainer(self.views, settings.alerting.causes)
         if self.alerting is not None:
@@ -344,6 +352,14 @@ class Monitor:
         # The transitions and states go to the store thread; a failure there is the store's, not the rules'.
         with contextlib.suppress(StoreUnavailable, SQLAlchemyError):
             await self.store_io.call(self._write_alerts, alerts, changes)
+        days = self.alerting.take_history_days()
+        if days:  # a failed write keeps them for the next evaluation's (a later write of a day holds all its points)
+            try:
+                await self.store_io.call(self.history_tables.write, days,
+                                         first_day(self.wall(), self.settings.history.retention.seconds / DAY))
+            except (StoreUnavailable, SQLAlchemyError):
+                with self.alerting.lock:
+                    self.alerting.history_days[:0] = days
 
     def _write_alerts(self, alerts: list[Alert], changes: StateChanges) -> None:
         assert self.alerting is not None
@@ -394,7 +410,8 @@ class Monitor:
 
 
 
-def _load_rules(settings: Settings) -> RuleSet | None:
+def load_ruleset(settings: Settings) -> RuleSet | None:
+    """The rule files of `alerting.rules_files` (None when alerting is off); ConfigError names a broken one."""
     if not settings.alerting.enabled:
         return None
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from monitor.alerting import store as _alerting_tables  # noqa: F401  (alert states, the outbox)
 from monitor.cost import store as _cost_tables  # noqa: F401  (spend totals, $/token baseline samples)
+from monitor.history import store as _history_tables  # noqa: F401  (the trend rules' 5-minute points, by day)
 from monitor.quality import store as _quality_tables  # noqa: F401  (request log, runs, judgments)
 from monitor.service import baseline as _service_tables  # noqa: F401  (the service baselines' points)
 from monitor.store.models import Base

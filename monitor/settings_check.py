@@ -15,9 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from monitor.catalog import CATALOG
 from monitor.config import ConfigError, Settings, describe_problems, load_settings
 from monitor.infra.reading import CLOCK_EVENT_REASONS
+from monitor.quality.calibration import GoldSetError, gold_set
 from monitor.quality.redact import BUILTIN_PATTERNS
+from monitor.rulefiles.expr import OutsideSubset, Selector, TooDeep, parse
 from monitor.service.engines import unknown_engine
 from monitor.settings_keys import Loc
 
@@ -33,7 +36,9 @@ def load_checked_settings(path: str | Path | None = None, overrides: dict[str, A
 
 def check_settings(settings: Settings, path: str | Path | None = None) -> None:
     """ConfigError naming every setting that names what no layer has (where it was set, key, reason)."""
-    problems = [*_unknown_engines(settings), *_unknown_reasons(settings), *_unknown_patterns(settings)]
+    problems = [*_unknown_engines(settings), *_unknown_reasons(settings), *_unknown_patterns(settings),
+                *_bad_gold_set(settings),
+                *_history_series(settings)]
     if problems:
         raise ConfigError(describe_problems(problems, path))
 
@@ -54,8 +59,32 @@ def _unknown_reasons(settings: Settings) -> Iterator[Problem]:
                f"unknown clock-event reasons {unknown} (known: {sorted(CLOCK_EVENT_REASONS)})")
 
 
+def _bad_gold_set(settings: Settings) -> Iterator[Problem]:
+    """The judge's known answers (quality/calibration.py) load, or the key says why not."""
+    if settings.quality.judge.calibration is None:
+        return  # the shipped set, checked by its own test
+    try:
+        gold_set(settings.quality.judge)
+    except GoldSetError as exc:
+        yield ("quality", "judge", "calibration"), str(exc)
+
+
 def _unknown_patterns(settings: Settings) -> Iterator[Problem]:
     unknown = [v for v in settings.quality.redact if isinstance(v, str) and v not in BUILTIN_PATTERNS]
     if unknown:
         yield (("quality", "redact"),
                f"unknown patterns {unknown} (known: {sorted(BUILTIN_PATTERNS)}, or {{name, pattern}})")
+
+
+def _history_series(settings: Settings) -> Iterator[Problem]:
+    """Each `history.series` entry is a selector of one of the monitor's own series (what it exports)."""
+    for index, text in enumerate(settings.history.series):
+        try:
+            node = parse(text)
+        except (OutsideSubset, TooDeep) as exc:
+            yield ("history", "series", index), f"not a selector: {exc}"
+            continue
+        if not isinstance(node, Selector):
+            yield ("history", "series", index), 'one selector (e.g. inference_tpot_seconds{quantile="0.99"})'
+        elif node.name not in CATALOG:
+            yield ("history", "series", index), f"{node.name} is not a series the monitor exports (monitor/catalog.py)"

@@ -27,6 +27,7 @@ LEVELS = (
     ("alerting", "web"),
     ("cost", "canary"),
     ("service", "infra", "quality"),
+    ("history",),
     ("store", "rulefiles"),
 )
 ALONE_AT_LEVEL = {("cost", "canary"), ("service", "infra", "quality")}

@@ -28,7 +28,10 @@ from monitor.alerting.model import Alert, AlertSink
 from monitor.alerting.readback import PageReader
 from monitor.alerting.store import StoredAlert, load_alert_states, save_alert_states
 from monitor.catalog import CATALOG, family
+from monitor.history.keeper import HistoryKeeper
+from monitor.history.store import StoredDay
 from monitor.rulefiles.expr import Sample
+from monitor.rulefiles.promql import HistoryAt
 from monitor.rulefiles.rules import RuleSet
 
 log = logging.getLogger("monitor.alerting")
@@ -110,6 +113,7 @@ class EmbeddedEvaluator:
         engine: Engine,
         sink: AlertSink | None = None,
         external_url: str | None = None,
+        history: HistoryKeeper | None = None,
     ) -> None:
         self.ruleset = ruleset
         self.engine = engine
@@ -120,6 +124,12 @@ class EmbeddedEvaluator:
         # alerts of a stale target are held, not resolved (and fired again once it is scraped).
         self._stale_held = {state.rule.key for state in self.states if reads_target_numbers(state.rule.metrics)}
         self.metrics = ruleset.metrics | ({STALE_METRIC} if self._stale_held else set())
+        # The long-horizon history: each evaluation's samples go in; a trend rule is evaluated over
+        # it when a new 5-minute point closes (without a history, trend rules are not evaluated).
+        self.history = history
+        if history is not None:
+            self.metrics |= history.names
+        self.history_days: list[StoredDay] = []  # days that changed, for the store thread to write
         self.last_ts: float | None = None
         self._saved: dict[tuple[str, str], tuple[object, ...]] = {}
         self._unsent: list[Alert] = []
@@ -188,21 +198,40 @@ class EmbeddedEvaluator:
         self._orphans = []
         self.held = []
         stale = stale_targets(samples) if self._stale_held else frozenset()
+        fresh_points = self._observe(samples, ts)
         for state in self.states:
             if state.last_evaluation is not None and ts <= state.last_evaluation:
                 continue  # evaluated at this instant already (a rule held back until then was not)
+            if state.rule.trend and (self.history is None or (not fresh_points and state.last_evaluation is not None)):
+                continue  # a trend rule reads the history: evaluated when a point closes
             if not all(self.collected(metric, ts) for metric in state.rule.metrics):
                 self.held.append(state.rule.name)
                 continue
             previous_error = state.last_error
             held = stale if stale and state.rule.key in self._stale_held else ()
-            for transition in state.evaluate(samples, ts, self.external_url, slack, held):
+            read = HistoryAt(self.history, ts) if state.rule.trend and self.history is not None else samples
+            for transition in state.evaluate(read, ts, self.external_url, slack, held):
                 alerts.append(self._as_alert(transition, self._explained(state.rule.key, transition)))
             if state.last_error and state.last_error != previous_error:  # once when it starts or changes
                 log.warning("alert rule %s: %s", state.rule.name, state.last_error)
         self.last_ts = ts
         self._publish()
         return alerts
+
+    def _observe(self, samples: Mapping[str, Sequence[Sample]], ts: float) -> int:
+        """Hand the samples to the history; the points that closed (their days are to be written)."""
+        if self.history is None:
+            return 0
+        closed = self.history.observe(samples, ts)
+        if closed:
+            self.history_days.extend(self.history.take_dirty())
+        return closed
+
+    def take_history_days(self) -> list[StoredDay]:
+        """The history's changed days since the last call (under the lock), to be written."""
+        with self.lock:
+            days, self.history_days = self.history_days, []
+        return days
 
     def _publish(self) -> None:
         """The active alerts for the readers (the overview, the alerts API, status, /metrics), who

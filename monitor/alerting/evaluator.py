@@ -24,6 +24,7 @@ from typing import Literal
 
 from monitor.alerting.model import fingerprint
 from monitor.rulefiles.expr import Labels, Samples
+from monitor.rulefiles.promql import TrendError
 from monitor.rulefiles.rules import AlertRule
 from monitor.rulefiles.templates import TemplateData
 
@@ -82,7 +83,7 @@ class RuleState:
         behind on them: their series are withheld, which says nothing about the engine)."""
         try:
             found = self._alerts(samples, external_url)
-        except EvaluationError as exc:
+        except (EvaluationError, TrendError) as exc:
             self.last_error = str(exc)
             return []
         self.last_error = None

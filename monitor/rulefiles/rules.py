@@ -17,7 +17,9 @@ from typing import Any
 
 import yaml
 
+from monitor.catalog import CATALOG
 from monitor.rulefiles.expr import Node, OutsideSubset, metric_names, parse
+from monitor.rulefiles.promql import TrendExpr
 from monitor.rulefiles.templates import Template, TemplateError
 
 log = logging.getLogger("monitor.rulefiles.rules")
@@ -42,7 +44,7 @@ class AlertRule:
     group: str
     key: str  # stable across restarts and file moves: group, name and ordinal of the name
     expr_text: str
-    expr: Node
+    expr: Node | TrendExpr  # a TrendExpr reads the history (ranges, offsets): see `trend`
     for_seconds: float = 0.0
     keep_firing_for_seconds: float = 0.0
     labels: Mapping[str, Template] = field(default_factory=dict)
@@ -50,7 +52,12 @@ class AlertRule:
 
     @property
     def metrics(self) -> set[str]:
-        return metric_names(self.expr)
+        return self.expr.metric_names if isinstance(self.expr, TrendExpr) else metric_names(self.expr)
+
+    @property
+    def trend(self) -> bool:
+        """Whether the rule reads days of history (evaluated over the history, each new 5-minute point)."""
+        return isinstance(self.expr, TrendExpr)
 
     @property
     def severity(self) -> str:
@@ -161,12 +168,36 @@ def _alert_rule(rule: Mapping[str, Any], group: str, ruleset: RuleSet) -> AlertR
         group=group,
         key=f"{group}/{name}/{ordinal}",
         expr_text=expr_text,
-        expr=parse(expr_text),
+        expr=_expression(expr_text),
         for_seconds=parse_duration(rule["for"]) if "for" in rule else 0.0,
         keep_firing_for_seconds=parse_duration(rule["keep_firing_for"]) if "keep_firing_for" in rule else 0.0,
         labels=_templates(rule.get("labels"), "labels", check_names=True),
         annotations=_templates(rule.get("annotations"), "annotations", check_names=True),
     )
+
+
+MIN_TREND_RANGE = 3600.0  # a range over the history's 5-minute points holds at least 12 of them
+
+
+def _expression(text: str) -> Node | TrendExpr:
+    """The instant subset where it suffices (it reads one page, cheaply, every tick); a trend
+    expression (ranges, offsets, functions, arithmetic) otherwise; `OutsideSubset` when neither."""
+    try:
+        return parse(text)
+    except OutsideSubset as outside:
+        instant = str(outside)
+    try:
+        trend = TrendExpr(text)
+    except OutsideSubset as outside:
+        raise OutsideSubset(f"{instant}; as a trend expression: {outside}") from None
+    unknown = sorted(name for name in trend.metric_names if name not in CATALOG)
+    if unknown:  # the history keeps the monitor's own series only
+        raise OutsideSubset(f"{instant}; as a trend expression it reads {', '.join(unknown)}, not a series of the "
+                            "monitor's own (the history keeps those only)")
+    if trend.shortest_range < MIN_TREND_RANGE:
+        raise OutsideSubset(f"{instant}; as a trend expression its shortest range is {trend.shortest_range:g}s, "
+                            f"under {MIN_TREND_RANGE:g}s (the history keeps a point every 5 minutes)")
+    return trend
 
 
 def _templates(mapping: Any, what: str, check_names: bool) -> dict[str, Template]:

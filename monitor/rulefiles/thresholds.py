@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from monitor.rulefiles.expr import Compare, Node, Selector, SetOp
+from monitor.rulefiles.promql import TrendExpr
 from monitor.rulefiles.rules import SHIPPED_DIR, load_rules
 
 ALERTS_DIR = SHIPPED_DIR
@@ -33,7 +34,8 @@ class RuleThreshold:
         return _OPS[self.op](sample, self.value)
 
 
-def _comparisons(node: Node) -> Iterable[Compare]:
+def _comparisons(node: Node | TrendExpr) -> Iterable[Compare]:
+    """The instant rules' comparisons (a trend rule compares ratios over days: no threshold of a metric)."""
     if isinstance(node, Compare):
         yield node
     elif isinstance(node, SetOp):

@@ -32,6 +32,8 @@ EXPECTED_RULES = {
 }
 EXPECTED_RULES |= {rule["alert"] for group in yaml.safe_load((SHIPPED_DIR / "quality.yml").read_text())["groups"]
                    for rule in group["rules"]}  # the quality layer's, named in alerts/quality.yml
+EXPECTED_RULES |= {rule["alert"] for group in yaml.safe_load((SHIPPED_DIR / "trend.yml").read_text())["groups"]
+                   for rule in group["rules"]}  # the trend rules (alerts/trend.yml, evaluated over the history)
 
 
 def test_shipped_rules_load_inside_the_subset() -> None:
