@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from monitor.alerting.evaluator import RuleState
 from monitor.rulefiles.expr import Sample, Selector, parse
+from monitor.rulefiles.promql import HistoryAt, Track
 from monitor.rulefiles.rules import load_rules, parse_duration
 
 LOOKBACK_SECONDS = 300.0  # Prometheus' default query.lookback-delta
@@ -60,6 +62,20 @@ def _series_labels(text: str) -> dict[str, str]:
     return {"__name__": node.name, **{m.label: m.value for m in node.matchers}}
 
 
+class InputHistory:
+    """The input series as a history: every point of each series, for the trend rules' ranges."""
+
+    def __init__(self, series: list[tuple[dict[str, str], list[float | None]]], interval: float) -> None:
+        self.by_name: dict[str, list[Track]] = {}
+        for labels, values in series:
+            kept = [(i * interval, v) for i, v in enumerate(values) if v is not None]
+            track = Track(labels, np.array([t for t, _ in kept], dtype=float), np.array([v for _, v in kept], dtype=float))
+            self.by_name.setdefault(labels["__name__"], []).append(track)
+
+    def tracks(self, name: str) -> list[Track]:
+        return self.by_name.get(name, [])
+
+
 class Replay:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -80,6 +96,7 @@ class Replay:
         problems: list[str] = []
         for series, interval, cases in self.tests():
             states = [RuleState(rule) for rule in load_rules(self.files).rules]
+            history = InputHistory(series, interval)  # what a trend rule reads (alerts/trend.yml)
             end = max(case.eval_time for case in cases)
             steps = round(end / self.evaluation_interval)
             firing_at: dict[float, dict[str, list[dict[str, dict[str, str]]]]] = {}
@@ -88,7 +105,7 @@ class Replay:
                 samples = self._samples(series, interval, ts)
                 snapshot: dict[str, list[dict[str, dict[str, str]]]] = {}
                 for state in states:
-                    state.evaluate(samples, ts)
+                    state.evaluate(HistoryAt(history, ts) if state.rule.trend else samples, ts)
                     for alert in state.active.values():
                         if alert.state == "firing":
                             labels = {k: v for k, v in alert.labels.items() if k != "alertname"}
