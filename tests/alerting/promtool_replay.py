@@ -69,8 +69,8 @@ class InputHistory:
         self.by_name: dict[str, list[Track]] = {}
         for labels, values in series:
             kept = [(i * interval, v) for i, v in enumerate(values) if v is not None]
-            track = Track(labels, np.array([t for t, _ in kept], dtype=float), np.array([v for _, v in kept], dtype=float))
-            self.by_name.setdefault(labels["__name__"], []).append(track)
+            times, points = np.array([t for t, _ in kept], dtype=float), np.array([v for _, v in kept], dtype=float)
+            self.by_name.setdefault(labels["__name__"], []).append(Track(labels, times, points))
 
     def tracks(self, name: str) -> list[Track]:
         return self.by_name.get(name, [])
