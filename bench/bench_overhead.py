@@ -10,18 +10,27 @@ CPU time per measured request (and the rate one core could carry at that cost), 
 client's TTFT P50/P99 against the engine's own (its histogram, over the same window): the
 difference is what the client and the loopback path add. Where the achieved rate falls behind
 the offered one, or the added TTFT grows, the client (or the machine) is saturated.
+
+`--clients lean,sdk` measures each level with the bench's client (`lean`: the SDK less its
+per-chunk model building, monitor/loadtest/lean.py) and with the plain openai SDK (`sdk`: what
+the bench used before), one after the other in the same session, so the two compare on the same
+machine state.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
+
+import openai
 
 from monitor.config import CostSettings
 from monitor.cost.prices import PriceBook
@@ -69,6 +78,8 @@ def main() -> None:
     parser.add_argument("--rates", default="20,50,100,200,400")
     parser.add_argument("--duration", type=float, default=4.0)
     parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--clients", default="lean", help="lean, sdk or both (lean,sdk), each level in turn")
+    parser.add_argument("--loops", default="asyncio", help="asyncio, uvloop or both (asyncio,uvloop), each in turn")
     args = parser.parse_args()
     context = multiprocessing.get_context("spawn")
     ready, stop = context.Queue(), context.Event()
@@ -83,22 +94,43 @@ def main() -> None:
         print(f"simulator {url}: TTFT {PREFILL_S * 1000:.0f} ms, {args.tokens} tokens at "
               f"{PER_TOKEN_S * 1000:.0f} ms; client pinned to one core, {args.duration:g} s a level\n")
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores before the run")
-        print(f"{'offered/s':>9} {'achieved/s':>10} {'cpu ms/req':>10} {'1 core/s':>8} {'TTFT P50':>9} {'TTFT P99':>9} "
-              f"{'engine P50':>10} {'added P50':>9} {'failed':>6}")
+        print(f"{'client':>6} {'loop':>7} {'offered/s':>9} {'achieved/s':>10} {'cpu ms/req':>10} {'1 core/s':>8} "
+              f"{'TTFT P50':>9} {'TTFT P99':>9} {'engine P50':>10} {'added P50':>9} {'failed':>6}")
         try:
-            for rate in (float(r) for r in args.rates.split(",")):
-                level = asyncio.run(_level(url, dataset, rate, args.duration, args.tokens))
+            for rate, client, loop in ((float(r), c, lp) for r in args.rates.split(",")
+                                       for c in args.clients.split(",") for lp in args.loops.split(",")):
+                with _client(client), asyncio.Runner(loop_factory=_loop(loop)) as runner:
+                    level = runner.run(_level(url, dataset, rate, args.duration, args.tokens))
                 w = level["window"]
                 engine_p50 = (w["engine"].get("ttft_s") or {}).get("p50")
                 ttft = w["ttft_s"]
                 added = (ttft["p50"] - engine_p50) * 1000 if ttft["p50"] is not None and engine_p50 else float("nan")
                 cpu_ms = level["cpu_s"] / max(w["requests"], 1) * 1000
-                print(f"{rate:9.0f} {w['requests_per_s']:10.1f} {cpu_ms:10.2f} {1000 / cpu_ms:8.0f} "
+                print(f"{client:>6} {loop:>7} {rate:9.0f} {w['requests_per_s']:10.1f} {cpu_ms:10.2f} "
+                      f"{1000 / cpu_ms:8.0f} "
                       f"{(ttft['p50'] or 0) * 1000:7.1f}ms {(ttft['p99'] or 0) * 1000:7.1f}ms "
                       f"{(engine_p50 or 0) * 1000:8.1f}ms {added:7.1f}ms {w['failed']:6d}")
         finally:
             stop.set()
             child.join(10)
+
+
+def _loop(name: str) -> Any:
+    if name == "asyncio":
+        return None
+    if name == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop
+    raise SystemExit(f"--loops: asyncio or uvloop, not {name!r}")
+
+
+def _client(name: str) -> Any:
+    if name == "lean":
+        return contextlib.nullcontext()
+    if name == "sdk":  # the SDK's own per-chunk models, as before lean.py
+        return mock.patch("monitor.loadtest.load.LeanAsyncOpenAI", openai.AsyncOpenAI)
+    raise SystemExit(f"--clients: lean or sdk, not {name!r}")
 
 
 if __name__ == "__main__":

@@ -2,11 +2,15 @@
 
     data.py        prompt files (ShareGPT JSON, JSONL) -> prompts sampled to a scenario's lengths
     scenario.py    chat | batch | mixed | a scenario file: target lengths, load levels, goodput
-    load.py        the load itself: warm-up, closed-loop concurrency or Poisson rate, per request
+    load.py        the load itself: warm-up, closed-loop concurrency or Poisson rate, per request; sweeps
+    lean.py        the openai SDK less its per-chunk model building (the client's largest CPU cost)
     bounded.py     what one request may keep: its answer capped in bytes as it arrives
     sampling.py    GPU (NVML / dcgm-exporter / replay) and engine pages during a measured window
     conditions.py  the six variables and the rest of what a result is only valid under
-    stats.py       samples -> percentiles, throughput, goodput; repeats -> mean ± spread
+    client.py      the client machine's load and the bench's own CPU during a window
+    stats.py       samples -> percentiles, throughput, goodput, in flight; repeats -> mean ± spread
+    capacity.py    the search for the highest concurrency at the objectives; Pareto points
+    verdict.py     whether a run (failures) or a comparison (the client machine drifted) may be believed
     result.py      the versioned JSON result
     compare.py     two results -> differences beyond noise; several -> one table
     summary.py     rich tables for a person

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -58,6 +59,18 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
         probe_timeout: Annotated[str, typer.Option(
             help="Deadline of each conditions probe and page read (/version, /v1/models, /metrics)")] = "5s",
         config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML configuration (prices)")] = None,
+        max_failed: Annotated[str, typer.Option(
+            help="A window with more failed requests than this share fails the run (exit 1)")] = "5%",
+        target_b: Annotated[str | None, typer.Option(
+            help="A second server, run alternately with --target in this session (A/B); compared at the end")] = None,
+        model_b: Annotated[str | None, typer.Option(help="The model of --target-b (default: --model)")] = None,
+        output_b: Annotated[Path, typer.Option(help="Result JSON of --target-b")] = Path("bench-result-b.json"),
+        threshold: Annotated[str, typer.Option(help="With --target-b: smallest change that counts, e.g. 5%")] = "5%",
+        capacity: Annotated[str | None, typer.Option(
+            help="Search the highest concurrency between LOW:HIGH whose goodput holds the objectives, "
+                 "e.g. 1:128 (one window a level; stops on over-saturation)")] = None,
+        capacity_share: Annotated[str, typer.Option(
+            help="With --capacity: share of requests that must meet TTFT and TPOT for a level to hold")] = "90%",
     ) -> None:
         """Load the endpoint at each level, measure, record the conditions, write one JSON result."""
         from monitor.loadtest.run import BenchConfig
@@ -73,15 +86,32 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
             extra_body={"ignore_eos": True} if ignore_eos else {}, precision=precision, note=note,
             gpu_price_usd_per_hour=gpu_price,
         )
-        result = _run(bench, settings, gpu, dcgm_url, gpu_replay)
+        failed_share, change = _share("--max-failed", max_failed), _share("--threshold", threshold)
+        configs = [bench]
+        if target_b is not None:
+            configs.append(dataclasses.replace(bench, target=target_b, model=model_b or model))
+        search = _search(capacity, capacity_share, failed_share, concurrency or rate, target_b)
+        results = _run(configs, settings, gpu, dcgm_url, gpu_replay, search)
         from rich.console import Console
 
         from monitor.loadtest.result import write_result
         from monitor.loadtest.summary import print_summary
+        from monitor.loadtest.verdict import failures
 
-        write_result(result, output)
-        print_summary(Console(), result)
-        typer.echo(f"result written to {output}")
+        console, failed = Console(), []
+        for result, path in zip(results, (output, output_b), strict=False):
+            write_result(result, path)
+            print_summary(console, result)
+            typer.echo(f"result written to {path}")
+            failed += failures(result, failed_share)
+        if search is not None:
+            typer.secho(results[0]["capacity"]["words"], bold=True)
+            if results[0]["capacity"]["concurrency"] is not None:
+                failed = []  # failures past the capacity are what the search found there
+        if failed:
+            raise _fail("RUN FAILED: " + "\n  ".join(failed), 1)
+        if len(results) == 2:
+            _gate(console, (output.name, results[0]), (output_b.name, results[1]), change, threshold)
 
     @bench_app.command("compare")
     def compare(
@@ -89,14 +119,16 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
         threshold: Annotated[str, typer.Option(help="Smallest change that counts, e.g. 5%")] = "5%",
         force: Annotated[bool, typer.Option(help="Compare even when the six variables differ")] = False,
         level: Annotated[str | None, typer.Option(help="For the table: the level to show, e.g. c=32")] = None,
+        max_drift: Annotated[str, typer.Option(
+            help="Refuse when the client machine's other load differs by more than this share of its CPUs")] = "25%",
     ) -> None:
         """A vs B, changes beyond noise marked, exit 1 on a regression; three or more: one table."""
         from rich.console import Console
 
-        from monitor.loadtest.compare import compare as compare_results
         from monitor.loadtest.compare import parse_threshold, table_rows
         from monitor.loadtest.conditions import differences
-        from monitor.loadtest.summary import print_compare, print_table
+        from monitor.loadtest.summary import print_table
+        from monitor.loadtest.verdict import drift
 
         loaded = [(path.name, _load(path)) for path in results]
         console = Console()
@@ -108,19 +140,12 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
         except ValueError as exc:
             raise _fail(str(exc)) from None
         (name_a, a), (name_b, b) = loaded
-        differ = differences(a["conditions"], b["conditions"])
+        differ = differences(a["conditions"], b["conditions"]) + drift(a, b, _share("--max-drift", max_drift))
         if differ:
             typer.secho("not comparable: " + "; ".join(differ), err=True, fg=typer.colors.YELLOW)
             if not force:
                 raise typer.Exit(2)
-        changes = compare_results(a, b, share)
-        print_compare(console, changes, (name_a, name_b))
-        regressions = [c for c in changes if c.regression]
-        if regressions:
-            typer.secho(f"{len(regressions)} regression(s) beyond {threshold} and the noise: "
-                        + ", ".join(f"{c.level} {c.figure} {c.relative * 100:+.1f} %" for c in regressions),
-                        err=True, fg=typer.colors.RED)
-            raise typer.Exit(1)
+        _gate(console, (name_a, a), (name_b, b), share, threshold)
 
     @bench_app.command("report")
     def report(
@@ -136,18 +161,60 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
     app.add_typer(bench_app, name="bench")
 
 
-def _run(bench: Any, settings: Settings, gpu: str, dcgm_url: str | None, replay: Path | None) -> dict[str, Any]:
+def _gate(console: Any, a: tuple[str, dict[str, Any]], b: tuple[str, dict[str, Any]], share: float,
+          threshold: str) -> None:
+    """A vs B printed; exit 1 on a change for the worse beyond the threshold and the noise."""
+    from monitor.loadtest.compare import compare as compare_results
+    from monitor.loadtest.summary import print_compare
+
+    changes = compare_results(a[1], b[1], share)
+    print_compare(console, changes, (a[0], b[0]))
+    regressions = [c for c in changes if c.regression]
+    if regressions:
+        typer.secho(f"{len(regressions)} regression(s) beyond {threshold} and the noise: "
+                    + ", ".join(f"{c.level} {c.figure} {c.relative * 100:+.1f} %" for c in regressions),
+                    err=True, fg=typer.colors.RED)
+        raise typer.Exit(1)
+
+
+def _share(option: str, text: str) -> float:
+    from monitor.loadtest.compare import parse_threshold
+
+    try:
+        return parse_threshold(text)
+    except ValueError as exc:
+        raise _fail(str(exc).replace("--threshold", option)) from None
+
+
+def _search(capacity: str | None, share: str, max_failed: float, levels: str | None, target_b: str | None) -> Any:
+    if capacity is None:
+        return None
+    from monitor.loadtest.capacity import CapacitySearch
+
+    if levels or target_b:
+        raise _fail("--capacity chooses its own levels: without --concurrency, --rate or --target-b")
+    try:
+        low, high = (int(v) for v in capacity.split(":"))
+        return CapacitySearch(low, high, _share("--capacity-share", share), max_failed)
+    except ValueError:
+        raise _fail(f"--capacity {capacity!r}: LOW:HIGH concurrent users, 1 <= LOW <= HIGH") from None
+
+
+def _run(configs: list[Any], settings: Settings, gpu: str, dcgm_url: str | None,
+         replay: Path | None, search: Any = None) -> list[dict[str, Any]]:
     import httpx
 
     from monitor.config import ConfigError
     from monitor.cost.prices import PriceBook
-    from monitor.loadtest.run import run_bench
+    from monitor.loadtest.run import run_capacity, run_interleaved
     from monitor.loadtest.sampling import DcgmSource, GpuSource, local_source
 
     if gpu not in ("auto", "none"):
         raise _fail(f"--gpu {gpu!r}: auto or none")
 
-    async def go() -> dict[str, Any]:
+    bench = configs[0]
+
+    async def go() -> list[dict[str, Any]]:
         async with httpx.AsyncClient(timeout=10.0) as http:
             source: GpuSource | None = None
             if dcgm_url is not None:
@@ -155,7 +222,9 @@ def _run(bench: Any, settings: Settings, gpu: str, dcgm_url: str | None, replay:
             elif replay is not None or gpu == "auto":
                 source = local_source(str(replay) if replay else None)
             with _progress() as progress:
-                return await run_bench(bench, source, PriceBook(settings.cost), progress)
+                if search is not None:
+                    return [await run_capacity(bench, search, source, PriceBook(settings.cost), progress)]
+                return await run_interleaved(configs, source, PriceBook(settings.cost), progress)
 
     try:
         return asyncio.run(go())

@@ -111,6 +111,8 @@ def table_rows(results: Sequence[tuple[str, dict[str, Any]]], label: str | None)
             "engine": " ".join(str(v) for v in (server.get("engine"), server.get("version")) if v) or "not observed",
             "precision": user.get("precision") or "",
             "level": level["level"]["label"] if level else "-",
+            # a --capacity result's answer: users at the objectives
+            "capacity": (result.get("capacity") or {}).get("concurrency"),
         }
         for fig_name, path, _ in FIGURES:
             value = figure(level, *path) if level else None

@@ -21,7 +21,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from monitor.loadtest.scenario import Scenario
 from monitor.loadtest.stats import distribution
@@ -55,10 +55,11 @@ class Dataset:
     path: str | None
     sha256: str | None
     prompts: tuple[Prompt, ...]
+    unique: bool = False  # a new prompt per request (generated), none sent twice in a run
 
     def describe(self) -> dict[str, Any]:
         return {"source": self.source, "path": self.path, "sha256": self.sha256, "prompts": len(self.prompts),
-                "synthetic": self.source == "synthetic"}
+                "synthetic": self.source == "synthetic", "unique_per_request": self.unique}
 
 
 def estimate_tokens(text: str) -> int:
@@ -139,29 +140,79 @@ def _prompt(text: str, reference: int | None) -> Prompt:
     return Prompt(({"role": "user", "content": text},), estimate_tokens(text), reference)
 
 
-_WORDS = ("the", "model", "answer", "question", "report", "explain", "network", "summary", "detail", "energy",
-          "system", "latency", "history", "river", "garden", "market", "language", "signal", "careful", "number")
+# Enough words that two generated prompts share a prefix of a word or two by chance, never a
+# prefix-cache block (16 tokens in vLLM).
+_WORDS = (
+    "the", "model", "answer", "question", "report", "explain", "network", "summary", "detail", "energy", "system",
+    "latency", "history", "river", "garden", "market", "language", "signal", "careful", "number", "window",
+    "harbor", "silver", "mountain", "letter", "engine", "budget", "theory", "simple", "orange", "winter",
+    "village", "measure", "picture", "kitchen", "doctor", "planet", "stable", "quiet", "method", "island",
+    "teacher", "review", "battery", "crystal", "museum", "pattern", "voltage", "meadow", "thunder", "compass",
+    "library", "velvet", "harvest", "lantern", "circuit", "granite", "whisper", "journey", "factory", "canvas",
+    "feather", "glacier", "cabinet", "horizon", "mirror", "nickel", "parade", "quantum", "ribbon", "saddle",
+    "tunnel", "umbrella", "vessel", "walnut", "yellow", "zipper", "anchor", "basket", "candle", "dragon", "elbow",
+    "fabric"
+)
+_LONGEST = max(len(w) for w in _WORDS)
+UNIQUE_LIMIT = 2**62  # a stream of generated requests has no end a run could reach
 
 
 def synthetic_dataset(scenario: Scenario, seed: int = 0, per_class: int = 64) -> Dataset:
     """Word salad at each class's input length (asked for with --synthetic; the report says so).
     Random words, not one repeated token: a repeated token is the named pitfall (prefix caches
-    and tokenizers treat it unlike real text)."""
-    rng = random.Random(seed)
-    prompts = []
-    for cls in scenario.classes:
-        for _ in range(per_class):
-            words: list[str] = []
-            while len(" ".join(words)) < cls.input_tokens * CHARS_PER_TOKEN:
-                words.append(rng.choice(_WORDS))
-            prompts.append(_prompt(" ".join(words), cls.output_tokens))
-    return Dataset("synthetic", None, None, tuple(prompts))
+    and tokenizers treat it unlike real text). The run draws a new prompt for every request
+    (`SyntheticRequests`); these few stand for them in `describe()`."""
+    prompts = [_prompt(_salad(random.Random(f"{seed}/sample/{cls.name}/{i}"), cls.input_tokens), cls.output_tokens)
+               for cls in scenario.classes for i in range(per_class)]
+    return Dataset("synthetic", None, None, tuple(prompts), unique=True)
 
 
-def draw_requests(dataset: Dataset, scenario: Scenario, count: int, seed: int = 0) -> list[Request]:
+def _salad(rng: random.Random, input_tokens: int) -> str:
+    target = int(input_tokens * CHARS_PER_TOKEN)
+    # Most of the words in one call (the longest word and its space are 9 characters: never past the
+    # target), then one at a time up to it, as a prompt ends within a word of its length.
+    words = rng.choices(_WORDS, k=max(1, target // (_LONGEST + 1)))
+    text = " ".join(words)
+    while len(text) < target:
+        text += " " + rng.choice(_WORDS)
+    return text
+
+
+class SyntheticRequests(Sequence[Request]):
+    """Request i of a run: a class by its share, a prompt of random words at its length; made when
+    asked for, from (seed, i) alone, so the same seed gives the same prompts and no two requests of
+    a run share one (request i's number closes its prompt)."""
+
+    def __init__(self, scenario: Scenario, seed: int = 0) -> None:
+        self.scenario, self.seed = scenario, seed
+        self._weights = [cls.share for cls in scenario.classes]
+
+    def __len__(self) -> int:
+        return UNIQUE_LIMIT
+
+    @overload
+    def __getitem__(self, index: int) -> Request: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Request]: ...
+
+    def __getitem__(self, index: int | slice) -> Request | Sequence[Request]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if not 0 <= index < UNIQUE_LIMIT:
+            raise IndexError(index)
+        rng = random.Random(f"{self.seed}/{index}")
+        cls = self.scenario.classes[rng.choices(range(len(self._weights)), self._weights)[0]]
+        text = f"{_salad(rng, cls.input_tokens)} ({index})"
+        return Request(({"role": "user", "content": text},), estimate_tokens(text), cls.output_tokens, cls.name)
+
+
+def draw_requests(dataset: Dataset, scenario: Scenario, count: int, seed: int = 0) -> Sequence[Request]:
     """`count` requests: each picks a scenario class by its share, then a prompt near the class's
     input length (within 0.5-1.5x; the nearest tenth of the prompts when none is), and asks for
-    the class's output length."""
+    the class's output length. A generated data set gives a stream of new requests instead."""
+    if dataset.unique:
+        return SyntheticRequests(scenario, seed)
     rng = random.Random(seed)
     pools = [_near(dataset.prompts, cls.input_tokens) for cls in scenario.classes]
     weights = [cls.share for cls in scenario.classes]

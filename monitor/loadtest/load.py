@@ -29,6 +29,7 @@ from monitor.canary.outcome import judge
 from monitor.canary.probe import observe_stream
 from monitor.loadtest.bounded import BoundedTransport, Caps, counting, response_limit
 from monitor.loadtest.data import Request
+from monitor.loadtest.lean import LeanAsyncOpenAI
 from monitor.loadtest.stats import Sample
 
 BENCH_HEADER = "X-Infermon-Bench"  # marks the load so operators can leave it out of usage reports
@@ -49,18 +50,52 @@ class Level:
 
 
 def parse_levels(concurrency: str | None, rate: str | None, default: Sequence[int]) -> list[Level]:
-    """`--concurrency 1,8,32` or `--rate 10,20`; neither: the scenario's concurrency levels."""
+    """`--concurrency 1,8,32` or `--rate 10,20`; a sweep between bounds: `1:64` doubles from 1 to 64,
+    `1:64:5` takes 5 levels spaced evenly on a log scale; neither: the scenario's concurrency levels."""
     if concurrency and rate:
         raise ValueError("give --concurrency or --rate, not both")
     if rate:
-        values = [float(v) for v in rate.split(",") if v.strip()]
+        try:
+            values = _sweep(rate, whole=False) if ":" in rate else [float(v) for v in rate.split(",") if v.strip()]
+        except ValueError:
+            values = []
         if not values or any(v <= 0 for v in values):
-            raise ValueError(f"--rate {rate!r}: positive requests per second, comma-separated")
+            raise ValueError(f"--rate {rate!r}: positive requests per second, comma-separated, or low:high[:levels]")
         return [Level("rate", v) for v in values]
-    levels = [int(v) for v in concurrency.split(",") if v.strip()] if concurrency else list(default)
+    try:
+        if concurrency and ":" in concurrency:
+            levels = [int(v) for v in _sweep(concurrency, whole=True)]
+        else:
+            levels = [int(v) for v in concurrency.split(",") if v.strip()] if concurrency else list(default)
+    except ValueError:
+        levels = []
     if not levels or any(c < 1 for c in levels):
-        raise ValueError(f"--concurrency {concurrency!r}: positive integers, comma-separated")
+        raise ValueError(f"--concurrency {concurrency!r}: positive integers, comma-separated, or low:high[:levels]")
     return [Level("concurrency", c) for c in levels]
+
+
+def _sweep(text: str, whole: bool) -> list[float]:
+    """"low:high" -> low, 2 low, 4 low, ... high; "low:high:n" -> n levels, log-spaced (rounded and
+    distinct when `whole`)."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3):
+        raise ValueError(text)
+    low, high = float(parts[0]), float(parts[1])
+    if not 0 < low <= high:
+        raise ValueError(text)
+    if len(parts) == 2:
+        values = [low]
+        while values[-1] * 2 < high:
+            values.append(values[-1] * 2)
+        values.append(high)
+    else:
+        count = int(parts[2])
+        if count < 2:
+            raise ValueError(text)
+        values = [float(f"{low * (high / low) ** (i / (count - 1)):.3g}") for i in range(count)]
+    if whole:
+        values = [float(v) for v in dict.fromkeys(round(v) for v in values)]
+    return list(dict.fromkeys(values))
 
 
 class LoadRunner:
@@ -162,7 +197,8 @@ class LoadRunner:
             outcome, detail = TOO_LARGE, kept.too_large
         return Sample(sent_s=sent, ok=outcome == "ok", outcome=outcome, ttft_s=result.ttft_seconds,
                       tpot_s=result.tpot_seconds, e2e_s=result.e2e_seconds, output_tokens=result.output_tokens,
-                      prompt_tokens=seen.usage_prompt_tokens if result.ok else None, detail=detail)
+                      prompt_tokens=seen.usage_prompt_tokens if result.ok else None, detail=detail,
+                      held_s=self.clock() - window_start - sent)
 
 
 def _drop_text(text: str) -> str:
@@ -175,10 +211,11 @@ _POOL = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
 
 
 def make_client(base_url: str, api_key: str | None, timeout_s: float, caps: Caps | None = None) -> openai.AsyncOpenAI:
-    """The SDK on an httpx client whose transport caps every answer (`bounded.py`). The openai
-    SDK takes an `httpx.AsyncClient` from 1.x on (3.x, on httpx2, still accepts one)."""
+    """The SDK (less its per-chunk model building, `lean.py`) on an httpx client whose transport caps
+    every answer (`bounded.py`). The openai SDK takes an `httpx.AsyncClient` from 1.x on (3.x, on
+    httpx2, still accepts one)."""
     http = httpx.AsyncClient(transport=BoundedTransport(httpx.AsyncHTTPTransport(limits=_POOL), caps or Caps()),
                              timeout=timeout_s, follow_redirects=True)
     # cast: 3.x types the argument as an httpx2 client, and takes an httpx one as well
-    return openai.AsyncOpenAI(api_key=api_key or "EMPTY", base_url=base_url, max_retries=0, timeout=timeout_s,
-                              default_headers={BENCH_HEADER: "1"}, http_client=cast(Any, http))
+    return LeanAsyncOpenAI(api_key=api_key or "EMPTY", base_url=base_url, max_retries=0, timeout=timeout_s,
+                           default_headers={BENCH_HEADER: "1"}, http_client=cast(Any, http))

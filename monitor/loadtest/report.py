@@ -4,6 +4,7 @@
     throughput vs load              output and total tokens/s per level
     trade-off                       output tokens/s (x) against TTFT P99 (y), one point a level
     TTFT distribution               the measured samples' cumulative distribution, one line a level
+    Pareto                          output tokens/s per user (x) against per GPU (y), one point a level
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
+from monitor.loadtest.capacity import pareto
 from monitor.loadtest.result import figure
-from monitor.loadtest.summary import LATENCY_COLUMNS, THROUGHPUT_COLUMNS, header_lines, shortfalls, spread_text
+from monitor.loadtest.summary import LATENCY_COLUMNS, THROUGHPUT_COLUMNS, cached, cell, header_lines, shortfalls
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1150px;color:#1d2430;padding:0 1em}
@@ -40,7 +42,9 @@ def render_report(result: dict[str, Any]) -> str:
                         if not line.startswith("SYNTHETIC")))
     body.append("<h2>Conditions</h2>" + _conditions(result))
     body.append("<h2>Results (mean ± stdev over repeats)</h2>" + _results(result)
-                + "".join(f'<p class="warn">{escape(line)}</p>' for line in shortfalls(result)))
+                + "".join(f'<p class="warn">{escape(line)}</p>' for line in shortfalls(result) + cached(result)))
+    if result.get("capacity"):
+        body.append(f'<p><b>{escape(result["capacity"]["words"])}</b></p>')
     body.append('<h2>Plots</h2><div class="charts">' + "".join(_charts(result)) + "</div>")
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
             f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>")
@@ -53,6 +57,7 @@ def _conditions(result: dict[str, Any]) -> str:
     rows = [
         ("input-length distribution", _lengths(lengths["input_tokens"]) + " (estimated, 4 characters a token)"),
         ("output-length distribution", _lengths(lengths["output_tokens"]) + " (max_tokens asked)"),
+        ("lengths served", _served(result)),
         ("concurrency / rate", ", ".join(lv["label"] for lv in work["levels"])),
         ("GPU", f"{gpu.get('count') or 0} x {gpu.get('model') or 'not observed'}, "
                 f"{_gib(gpu.get('memory_total_bytes'))} each (source: {gpu.get('source') or 'none'})"),
@@ -65,7 +70,9 @@ def _conditions(result: dict[str, Any]) -> str:
         ("precision / optimizations",
          f"{user.get('precision') or 'not stated'} / {user.get('note') or 'not stated'}"),
         ("data set", f"{work['dataset']['source']} {work['dataset'].get('path') or ''}, "
-                     f"{work['dataset']['prompts']} prompts, sha256 {work['dataset'].get('sha256') or '-'}"),
+                     + ("generated, a new prompt for every request (none sent twice)"
+                        if work["dataset"].get("unique_per_request") else
+                        f"{work['dataset']['prompts']} prompts, sha256 {work['dataset'].get('sha256') or '-'}")),
         ("procedure", f"scenario {work['scenario']['name']}, {result['warmup']['requests']} warm-up requests "
                       f"excluded, {work['repeats']} repeat(s) x {work['duration_s']:g} s per level, "
                       f"seed {work['seed']}"),
@@ -84,6 +91,17 @@ def _lengths(stats: dict[str, Any]) -> str:
     return ", ".join(parts) or "-"
 
 
+def _served(result: dict[str, Any]) -> str:
+    """The server's own counts (`usage`), at each level: mean input / output tokens per request."""
+    parts = []
+    for level in result["levels"]:
+        inputs = figure(level, "served_input_tokens", "mean")
+        outputs = figure(level, "served_output_tokens", "mean")
+        if inputs and inputs["mean"] is not None and outputs and outputs["mean"] is not None:
+            parts.append(f"{level['level']['label']}: {inputs['mean']:.0f} in / {outputs['mean']:.0f} out")
+    return ("; ".join(parts) + " (mean tokens a request, the server's usage)") if parts else "no usage reported"
+
+
 def _gib(value: float | None) -> str:
     return f"{value / 2**30:.0f} GiB" if value else "memory not observed"
 
@@ -100,7 +118,7 @@ def _results(result: dict[str, Any]) -> str:
         head = "".join(f'<th class="n">{escape(name)}</th>' for name, _, _ in columns)
         rows = "".join(
             f"<tr><td>{escape(level['level']['label'])}</td>"
-            + "".join(f'<td class="n">{escape(spread_text(figure(level, *path), unit))}</td>'
+            + "".join(f'<td class="n">{escape(cell(level, path, unit))}</td>'
                       for _, path, unit in columns) + "</tr>"
             for level in result["levels"])
         out.append(f"<table><tr><th>level</th>{head}</tr>{rows}</table>")
@@ -141,12 +159,15 @@ def _charts(result: dict[str, Any]) -> list[str]:
             trade.append((x[0], y[0] * 1000, y[1] * 1000))
             labels.append(level["level"]["label"])
     cdf = {level["level"]["label"]: _cdf(level.get("ttft_samples_s") or []) for level in levels}
+    front = sorted(pareto(levels, result["conditions"].get("gpu", {}).get("count") or 1), key=lambda p: p["per_user"])
     return [
         _chart(f"Latency vs {x_name}", latency, x_name, "ms", x_ticks=values),
         _chart(f"Throughput vs {x_name}", throughput, x_name, "tokens/s", x_ticks=values),
         _chart("Throughput / latency trade-off", {"TTFT P99": trade}, "output tokens/s", "TTFT P99 (ms)",
                point_labels=labels),
         _chart("TTFT distribution (all repeats)", cdf, "TTFT (ms)", "share of requests", markers=False),
+        _chart("Pareto: per user vs per GPU", {"levels": [(p["per_user"], p["per_gpu"], 0.0) for p in front]},
+               "output tokens/s per user", "output tokens/s per GPU", point_labels=[p["label"] for p in front]),
     ]
 
 

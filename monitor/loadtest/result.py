@@ -2,6 +2,8 @@
 
     {"schema": "infermon-bench", "schema_version": 1, "created", "target", "model", "synthetic",
      "warmup": {"requests", "failed", "excluded": true},
+     "stopped": null | why (every request of the warm-up or a window failed: the run ended there),
+     "capacity": {"concurrency", "bound", "words", "probes"}   (a --capacity search only),
      "conditions": {"workload", "gpu", "server", "user", "price", "tool"},
      "levels": [{"level": {"kind", "value", "label"},
                  "repeats": [<one window's figures>, ...],

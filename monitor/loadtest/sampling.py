@@ -311,7 +311,26 @@ def engine_figures(start: Snapshot | None, end: Snapshot | None, objectives: Obj
         "ttft_s": quantiles.get("ttft", {}),
         "queue_s": quantiles.get("queue", {}),
         "tpot_s": quantiles.get("tpot", {}),
+        # prompt tokens the engine found in its prefix cache / looked up: a cached benchmark says so
+        "prefix_cache_hit_ratio": stats.prefix_cache_hit_ratio,
+        "below_first_bound_s": below_first_bound(rates.buckets),
     }
+
+
+def below_first_bound(buckets: dict[str, dict[float, float]]) -> dict[str, float]:
+    """{"ttft_s": 0.001, ...}: the histograms whose every observation of the window fell in the
+    first bucket, and that bucket's bound. histogram_quantile() then answers a share of the bound
+    (P50: half of it), which is kept; a reader shows "< bound", what the page actually says."""
+    out = {}
+    for metric in ("ttft", "queue", "tpot"):
+        le_rates = buckets.get(metric)
+        if not le_rates:
+            continue
+        finite = [le for le in le_rates if le != float("inf")]
+        total = le_rates.get(float("inf"), max(le_rates.values()))
+        if finite and total > 0 and le_rates[min(finite)] >= total * (1 - 1e-9):
+            out[f"{metric}_s"] = min(finite)
+    return out
 
 
 def _times(rate: float | None, seconds: float) -> float | None:

@@ -29,6 +29,7 @@ class Sample:
     output_tokens: int | None
     prompt_tokens: int | None
     detail: str = ""  # a failure's reason (short, no key); "" when it succeeded
+    held_s: float | None = None  # from its send to its end, whatever the outcome: its share of the load
 
     def as_dict(self) -> dict[str, Any]:
         return vars(self).copy()
@@ -84,7 +85,19 @@ def window_figures(samples: Sequence[Sample], duration_s: float, goodput: Goodpu
         "e2e_s": distribution([s.e2e_s for s in ok if s.e2e_s is not None]),
         "goodput_ratio": met / len(samples) if samples else None,
         "goodput_requests_per_s": per_s(met),
+        "in_flight_mean": in_flight_mean(samples, duration_s),
+        # the lengths as the server counted them (its `usage`), beside the run's estimates
+        "served_input_tokens": distribution([s.prompt_tokens for s in ok if s.prompt_tokens is not None]),
+        "served_output_tokens": distribution([s.output_tokens for s in ok if s.output_tokens is not None]),
     }
+
+
+def in_flight_mean(samples: Sequence[Sample], duration_s: float) -> float | None:
+    """Requests in flight, averaged over the window's time: the sum of the time each was held over
+    the window (Little's law, L = throughput x mean time in the system, on the client's own clock;
+    not a sampled gauge)."""
+    held = [s.held_s for s in samples if s.held_s is not None]
+    return sum(held) / duration_s if held and duration_s > 0 else None
 
 
 def spread(values: Iterable[float | None]) -> dict[str, float | int | None]:

@@ -31,9 +31,13 @@ THROUGHPUT_COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("power W", ("gpu", "power_watts"), ""),
     ("J/token", ("gpu", "joules_per_output_token"), ""),
     ("$/1M out", ("cost", "usd_per_million_output_tokens"), ""),
+    ("in flight", ("in_flight_mean",), ""),
     ("server running", ("engine", "requests_running", "mean"), ""),
     ("preempt", ("engine", "preemptions"), ""),
+    ("prefix cache %", ("engine", "prefix_cache_hit_ratio"), "%"),
+    ("client CPU ms/req", ("client", "client_cpu_ms_per_request"), ""),
 )
+CACHED_SHARE = 0.2  # above it, a level's prompt tokens came from the prefix cache enough to say so
 
 
 def number(value: float | None, unit: str = "") -> str:
@@ -58,6 +62,16 @@ def spread_text(spread: dict[str, Any] | None, unit: str = "") -> str:
     return text
 
 
+def cell(level: dict[str, Any], path: tuple[str, ...], unit: str) -> str:
+    """One figure's text; an engine quantile whose every observation, in every repeat, fell in the
+    histogram's first bucket reads "< bound": histogram_quantile()'s number is a share of the bound."""
+    if len(path) == 3 and path[0] == "engine":
+        bound = figure(level, "engine", "below_first_bound_s", path[1])
+        if bound is not None and bound["max"] is not None and bound["n"] == len(level.get("repeats") or ()) > 0:
+            return f"< {number(bound['max'], unit)}"
+    return spread_text(figure(level, *path), unit)
+
+
 def header_lines(result: dict[str, Any]) -> list[str]:
     c = result["conditions"]
     work, gpu, server, user = c["workload"], c.get("gpu", {}), c.get("server", {}), c.get("user", {})
@@ -76,15 +90,34 @@ def header_lines(result: dict[str, Any]) -> list[str]:
 
 
 def shortfalls(result: dict[str, Any], share: float = 0.8) -> list[str]:
-    """Levels at which the engine counted fewer requests running than the client kept in flight:
-    the client, or something between it and the engine, was the bottleneck, not the engine."""
+    """Closed-loop levels at which fewer requests were in flight, averaged over time, than asked:
+    the client (its own CPU between a request's end and the next send) limited the load, not the
+    engine. In flight is Little's law on the client's clock (throughput x mean time held), not the
+    engine's running gauge: polled every half second, the gauge misses short requests and read
+    2.3 where 3.9 were in flight. The gauge is quoted beside it, never judged alone."""
     out = []
     for level in result["levels"]:
-        running = figure(level, "engine", "requests_running", "mean")
+        held = figure(level, "in_flight_mean")
         asked = level["level"]["value"]
-        if level["level"]["kind"] == "concurrency" and running and running["mean"] < share * asked:
-            out.append(f"{level['level']['label']}: the engine saw {running['mean']:.1f} requests running on average, "
-                       f"not {asked:g}: the client or the path to the engine limited the load")
+        if level["level"]["kind"] != "concurrency" or held is None or held["mean"] is None:
+            continue
+        if held["mean"] < share * asked:
+            running = figure(level, "engine", "requests_running", "mean")
+            gauge = f"; the engine's gauge read {running['mean']:.1f} running" if running and running["mean"] else ""
+            out.append(f"{level['level']['label']}: {held['mean']:.1f} requests in flight on average (throughput x "
+                       f"mean latency), not {asked:g}: the client limited the load{gauge}")
+    return out
+
+
+def cached(result: dict[str, Any], share: float = CACHED_SHARE) -> list[str]:
+    """Levels whose prompt tokens came from the engine's prefix cache for more than `share`."""
+    out = []
+    for level in result["levels"]:
+        hit = figure(level, "engine", "prefix_cache_hit_ratio")
+        if hit is not None and hit["mean"] is not None and hit["mean"] > share:
+            out.append(f"{level['level']['label']}: {hit['mean']:.0%} of the prompt tokens came from the engine's "
+                       "prefix cache: TTFT is understated against prompts it has not seen (a data set that repeats "
+                       "prompts, or a shared system prompt)")
     return out
 
 
@@ -97,11 +130,13 @@ def print_summary(console: Console, result: dict[str, Any]) -> None:
         for name, _, _ in columns:
             table.add_column(name, justify="right")
         for level in result["levels"]:
-            cells = [spread_text(figure(level, *path), unit) for _, path, unit in columns]
+            cells = [cell(level, path, unit) for _, path, unit in columns]
             table.add_row(level["level"]["label"], *cells)
         console.print(table)
-    for line in shortfalls(result):
+    for line in shortfalls(result) + cached(result):
         console.print(line, style="yellow", highlight=False)
+    if result.get("stopped"):
+        console.print(f"stopped: {result['stopped']}", style="bold red", highlight=False)
 
 
 def print_compare(console: Console, changes: Sequence[Change], names: tuple[str, str]) -> None:
@@ -122,10 +157,11 @@ def print_table(console: Console, rows: Sequence[dict[str, Any]]) -> None:
     shown = ("output tok/s", "requests/s", "TTFT P50", "TTFT P99", "TPOT P50", "E2E P99", "J/token", "$/1M out tok")
     table = Table(title="results side by side (each at its own level: the one with the most output tok/s "
                         "unless --level)", title_justify="left")
-    for column in ("result", "gpu", "engine", "precision", "level", *shown):
-        table.add_column(column, justify="right" if column in shown else "left")
+    for column in ("result", "gpu", "engine", "precision", "level", "capacity", *shown):
+        table.add_column(column, justify="right" if column in (*shown, "capacity") else "left")
     for row in rows:
-        table.add_row(row["result"], row["gpu"], row["engine"], row["precision"], row["level"],
+        capacity = f"{row['capacity']} users" if row.get("capacity") is not None else "-"
+        table.add_row(row["result"], row["gpu"], row["engine"], row["precision"], row["level"], capacity,
                       *(number(row[c], "s" if c.startswith(("TTFT", "TPOT", "E2E")) else "") for c in shown))
     console.print("times in ms", style="dim")
     console.print(table)

@@ -33,8 +33,8 @@ def test_run_writes_a_result_and_a_summary_then_a_self_contained_report(start_si
     report = CliRunner().invoke(app, ["bench", "report", str(out), "-o", str(html_path)])
     assert report.exit_code == 0, report.output
     html = html_path.read_text()
-    assert "Synthetic data" in html
-    assert html.count("<svg") == 4 and "cache_config_info" in html and "NVIDIA H200" in html
+    assert "Synthetic data" in html and "(mean tokens a request, the server&#x27;s usage)" in html
+    assert html.count("<svg") == 5 and "cache_config_info" in html and "NVIDIA H200" in html
     # Self-contained: nothing fetched (no src/href at all, no url() in the CSS).
     assert not re.search(r"\b(src|href)=|url\(|<script", html)
 

@@ -96,13 +96,14 @@ def test_several_results_make_one_table(tmp_path: Path) -> None:
                            ("l40s", "NVIDIA L40S", 700.0)):
         result = _result(tps, 10, gpu)
         result["levels"][0]["summary"]["cost"] = {"usd_per_million_output_tokens": {"mean": 1.0, "n": 3}}
+        result["capacity"] = {"concurrency": round(tps / 100)}  # as a --capacity run says it
         write_result(result, tmp_path / f"{name}.json")
         paths.append(str(tmp_path / f"{name}.json"))
     table = CliRunner().invoke(app, ["bench", "compare", *paths], env={"COLUMNS": "220"})
     assert table.exit_code == 0, table.output
     for gpu, tps in (("NVIDIA H200", "2,400"), ("NVIDIA A100-SXM4-80GB", "1,100"), ("NVIDIA L40S", "700")):
         row = next(line for line in table.output.splitlines() if gpu in line)
-        assert tps in row
+        assert tps in row and f"{round(float(tps.replace(',', '')) / 100)} users" in row
 
 
 def test_a_file_that_is_not_a_result_fails_clearly(tmp_path: Path) -> None:
@@ -116,12 +117,20 @@ def test_a_file_that_is_not_a_result_fails_clearly(tmp_path: Path) -> None:
     assert out.exit_code == 2 and "schema_version 99" in out.output
 
 
-def test_a_level_the_engine_saw_less_of_is_called_out() -> None:
+def test_a_level_the_client_kept_less_in_flight_is_called_out_by_littles_law_not_the_gauge() -> None:
     from monitor.loadtest.summary import shortfalls
 
     result = _result(1000, 5)
-    result["levels"][0]["summary"]["engine"] = {"requests_running": {"mean": {"mean": 4.5, "n": 2}}}
-    assert shortfalls(result) == ["c=8: the engine saw 4.5 requests running on average, not 8: the client or the "
-                                  "path to the engine limited the load"]
-    result["levels"][0]["summary"]["engine"]["requests_running"]["mean"]["mean"] = 7.5
+    summary = result["levels"][0]["summary"]
+    # The misfire: the engine's polled gauge read 2.3 running at c=8 ... while throughput x mean
+    # latency says 7.4 were in flight: the gauge's sampling missed them, the client did not limit.
+    summary["engine"] = {"requests_running": {"mean": {"mean": 2.3, "n": 2}}}
+    summary["in_flight_mean"] = {"mean": 7.4, "n": 2}
+    assert shortfalls(result) == []
+    # Fewer in flight on the client's own clock than asked: the client limited the load.
+    summary["in_flight_mean"]["mean"] = 4.5
+    assert shortfalls(result) == ["c=8: 4.5 requests in flight on average (throughput x mean latency), not 8: "
+                                  "the client limited the load; the engine's gauge read 2.3 running"]
+    # A result without the client's figure (written before it was kept): the gauge alone judges nothing.
+    del summary["in_flight_mean"]
     assert shortfalls(result) == []

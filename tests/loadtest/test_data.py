@@ -80,6 +80,26 @@ def test_synthetic_prompts_are_varied_words_at_the_target_length() -> None:
     assert len(set(text.split())) > 10  # not "repeat [1000 spaces]"
 
 
+def test_synthetic_requests_are_new_for_every_request_and_the_same_for_the_same_seed() -> None:
+    mixed = BUILT_IN["mixed"]
+    dataset = synthetic_dataset(mixed)
+    assert dataset.describe()["unique_per_request"] is True
+    stream = draw_requests(dataset, mixed, 10, seed=7)
+    first = stream[:3000]
+    assert len(first) == 3000 and stream[:3000] == first  # made on demand, the same each time
+    assert draw_requests(dataset, mixed, 10, seed=7)[:50] == first[:50]  # same seed: same prompts
+    assert draw_requests(dataset, mixed, 10, seed=8)[:50] != first[:50]
+    texts = [r.messages[0]["content"] for r in first]
+    assert len(set(texts)) == len(texts)  # none repeats ...
+    assert len(stream) > 10**15 and stream[10**12].messages[0]["content"].endswith(f"({10**12})")  # ... however long
+    # ... and none shares a prefix-cache block with another: two prompts agree on a word or two by chance.
+    assert len({tuple(text.split()[:6]) for text in texts}) == len(texts)
+    chat = [r for r in first if r.kind == "chat"]
+    assert 0.75 < len(chat) / len(first) < 0.85  # the scenario's shares
+    assert all(190 <= r.input_tokens <= 212 and r.max_tokens == 100 for r in chat)
+    assert all(4990 <= r.input_tokens <= 5012 for r in first if r.kind == "batch")
+
+
 def test_scenario_file_and_its_errors(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text("name: bot\nclasses: [{share: 0.9, input_tokens: 150, output_tokens: 80}]\nconcurrency: [1, 16]\n")

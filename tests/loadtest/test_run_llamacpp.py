@@ -10,16 +10,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.config import CostSettings
 from monitor.cost.prices import PriceBook
-from monitor.loadtest.data import load_dataset
+from monitor.loadtest.data import Dataset, load_dataset, synthetic_dataset
 from monitor.loadtest.load import Level
 from monitor.loadtest.run import BenchConfig, run_bench
 from monitor.loadtest.scenario import BUILT_IN
+from monitor.loadtest.summary import cached
 from tests.llamacpp import MODEL_NAME, LlamaServer, serve_tiny_model
 
 
@@ -59,3 +61,23 @@ def test_a_bench_run_against_llama_server_measures_what_the_server_served(server
     assert 0 < window["output_tokens"] <= served
     ttft, e2e = window["ttft_s"], window["e2e_s"]
     assert 0 < ttft["p50"] <= e2e["p50"] and ttft["p50"] <= ttft["p99"]
+
+
+def test_unique_synthetic_prompts_leave_llama_servers_prompt_cache_unused(server: LlamaServer, tmp_path: Path) -> None:
+    def run(dataset: Dataset) -> dict[str, Any]:
+        config = BenchConfig(target=server.url, model=MODEL_NAME, scenario=BUILT_IN["chat"], dataset=dataset,
+                             levels=[Level("concurrency", 1)], duration_s=2.0, repeats=1, warmup=1, timeout_s=60.0)
+        return asyncio.run(run_bench(config, None, PriceBook(CostSettings())))
+
+    # A new prompt every request: only the chat template's opening tokens are ever found in the cache.
+    fresh = run(synthetic_dataset(BUILT_IN["chat"]))
+    window = fresh["levels"][0]["repeats"][0]
+    assert window["requests"] >= 2
+    assert window["engine"]["prefix_cache_hit_ratio"] < 0.05, window["engine"]
+    assert cached(fresh) == []
+    # One prompt sent again and again (the pitfall of a small prompt pool): the server reuses it, the result says so.
+    (tmp_path / "one.jsonl").write_text('{"prompt": "' + "tell me about the river and the garden " * 20 + '"}\n')
+    repeated = run(load_dataset(tmp_path / "one.jsonl"))
+    assert repeated["levels"][0]["repeats"][0]["engine"]["prefix_cache_hit_ratio"] > 0.5
+    (line,) = cached(repeated)
+    assert "came from the engine's prefix cache" in line
