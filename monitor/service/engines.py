@@ -197,11 +197,22 @@ _VLLM_V1_PREFIX_CACHE = {
     "spec_accepted_tokens": (Selector("vllm:spec_decode_num_accepted_tokens_total"),),
 }
 SPEC_DECODE = frozenset({"spec_drafts", "spec_draft_tokens", "spec_accepted_tokens"})
+# vLLM >= 0.32 only: the model's estimated work (for MFU: FLOPs and memory traffic per GPU, summed
+# over the engines here) and the front end's admission rejections (--max-num-queued-reqs/-tokens:
+# HTTP 503 to the client, never a finished request).
+_VLLM_V1_WORK = {
+    "estimated_flops": (Selector("vllm:estimated_flops_per_gpu_total"),),
+    "estimated_read_bytes": (Selector("vllm:estimated_read_bytes_per_gpu_total"),),
+    "estimated_write_bytes": (Selector("vllm:estimated_write_bytes_per_gpu_total"),),
+    "admission_rejections": (Selector("vllm:admission_rejections_total"),),
+}
 # Accepted draft tokens per position in the draft (0 = the first proposed token): over the drafts,
 # the chance that a draft's k-th token is accepted (it falls with k; where it falls to ~0, the
 # later speculative tokens are wasted work).
 _VLLM_PER_POSITION = {
     "spec_accepted_pos": (Selector("vllm:spec_decode_num_accepted_tokens_per_pos_total"), "position"),
+    # Prefix-cache hit tokens by the tier that held them (device, host, disk, p2p, external_unspecified).
+    "prompt_cached_by_source": (Selector("vllm:prompt_tokens_cached_by_source_total"), "source"),
 }
 _VLLM_GAUGES_COMMON = {
     "running": GaugeSpec(("vllm:num_requests_running",)),
@@ -219,7 +230,7 @@ VLLM_V1 = EngineSpec(
     generation="v1",
     markers=("vllm:kv_cache_usage_perc",),
     model_label="model_name",
-    counters={**_VLLM_COUNTERS, **_VLLM_V1_PREFIX_CACHE},
+    counters={**_VLLM_COUNTERS, **_VLLM_V1_PREFIX_CACHE, **_VLLM_V1_WORK},
     counters_by=_VLLM_PER_POSITION,
     histograms={
         "ttft": ("vllm:time_to_first_token_seconds",),
@@ -238,6 +249,8 @@ VLLM_V1 = EngineSpec(
         "inference": ("vllm:request_inference_time_seconds",),
         "prompt_len": ("vllm:request_prompt_tokens",),
         "generation_len": ("vllm:request_generation_tokens",),
+        # Times each finished request was preempted (>= 0.32; its first bucket is le="1").
+        "request_preemptions": ("vllm:request_num_preemptions",),
     },
     gauges={
         **_VLLM_GAUGES_COMMON,
@@ -251,7 +264,7 @@ VLLM_V1 = EngineSpec(
         "sleep_state": GaugeSpec(("vllm:engine_sleep_state",), by="sleep_state"),
     },
     # Speculative decoding only when configured; waiting reasons and sleep states from 0.33 on.
-    optional=SPEC_DECODE | {"waiting_by_reason", "sleep_state"},
+    optional=SPEC_DECODE | frozenset(_VLLM_V1_WORK) | {"waiting_by_reason", "sleep_state", "request_preemptions"},
     lora_info="vllm:lora_requests_info",
     notes=(
         "vLLM >= 0.9.2 (kv_cache_usage_perc): labels engine + model_name; one API server: _created "

@@ -37,10 +37,15 @@ _REF = re.compile(r"\[\[([a-zA-Z_:][a-zA-Z0-9_:]*)\]\]")
 _SUMMARIES = {"ttft": "inference_ttft_seconds", "tpot": "inference_tpot_seconds",
               "e2e": "inference_e2e_latency_seconds", "queue": "inference_queue_time_seconds",
               "prefill": "inference_prefill_time_seconds", "decode": "inference_decode_time_seconds",
-              "inference": "inference_request_inference_time_seconds"}
+              "inference": "inference_request_inference_time_seconds",
+              "request_preemptions": "inference_request_preemptions"}
 _RATES = {"requests": "inference_requests_per_second", "prompt_tokens": "inference_prompt_tokens_per_second",
           "generation_tokens": "inference_generation_tokens_per_second",
-          "preemptions": "inference_preemptions_per_second", "aborts": "inference_aborted_requests_per_second"}
+          "preemptions": "inference_preemptions_per_second", "aborts": "inference_aborted_requests_per_second",
+          "estimated_flops": "inference_estimated_flops_per_second",
+          "estimated_read_bytes": "inference_estimated_memory_read_bytes_per_second",
+          "estimated_write_bytes": "inference_estimated_memory_write_bytes_per_second",
+          "admission_rejections": "inference_admission_rejections_per_second"}
 _GAUGES = {"running": "inference_requests_running", "waiting": "inference_requests_waiting",
            "kv_cache": "inference_kv_cache_usage_ratio",
            "spec_accept_length": "inference_spec_decode_engine_acceptance_length",

@@ -32,6 +32,10 @@ _WINDOW_GAUGES = {
     "inference_prefix_cache_hit_baseline_ratio": "prefix_cache_hit_baseline_ratio",
     "inference_spec_decode_acceptance_ratio_baseline": "spec_decode_acceptance_ratio_baseline",
     "inference_spec_decode_acceptance_baseline_ratio": "spec_decode_acceptance_baseline_ratio",
+    "inference_estimated_flops_per_second": "estimated_flops_per_second",
+    "inference_estimated_memory_read_bytes_per_second": "estimated_read_bytes_per_second",
+    "inference_estimated_memory_write_bytes_per_second": "estimated_write_bytes_per_second",
+    "inference_admission_rejections_per_second": "admission_rejections_per_second",
 }
 _SUMMARIES = {
     "inference_ttft_seconds": "ttft",
@@ -41,6 +45,7 @@ _SUMMARIES = {
     "inference_prefill_time_seconds": "prefill",
     "inference_decode_time_seconds": "decode",
     "inference_request_inference_time_seconds": "inference",
+    "inference_request_preemptions": "request_preemptions",
 }
 _TARGET_GAUGES = {
     "inference_requests_running": "running",
@@ -138,6 +143,11 @@ def _render(view: ServiceView, family: Callable[[str], F]) -> Iterator[F]:
             positions.add_sample("inference_spec_decode_position_acceptance_ratio", {**labels, "position": position},
                                  share)
     yield positions
+    cached = family("inference_prompt_tokens_cached_per_second")
+    for labels, stats in rows:
+        for source, rate in sorted(stats.prompt_tokens_cached_by_source.items()):
+            cached.add_sample("inference_prompt_tokens_cached_per_second", {**labels, "source": source}, rate)
+    yield cached
     yield from _target_gauges(view, family)
 
 

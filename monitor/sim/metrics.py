@@ -26,6 +26,24 @@ PAGE_BANNER = b"# Served by the inference-monitor vLLM V1 SIMULATOR (monitor.sim
 
 _LABELS = ("model_name", "engine")
 
+# vLLM >= 0.32's estimated model work, registered first on its page: attribute -> (name, HELP).
+_WORK: dict[str, tuple[str, str]] = {
+    "flops": ("vllm:estimated_flops_per_gpu",
+              "Estimated number of floating point operations per GPU (for Model Flops Utilization calculations)."),
+    "read_bytes": ("vllm:estimated_read_bytes_per_gpu",
+                   "Estimated number of bytes read from memory per GPU (for Model Flops Utilization calculations)."),
+    "write_bytes": ("vllm:estimated_write_bytes_per_gpu",
+                    "Estimated number of bytes written to memory per GPU (for Model Flops Utilization "
+                    "calculations)."),
+}  # fmt: skip
+# The simulated model's size for those estimates: Llama-3.1-8B in bf16 (2 FLOPs per weight and
+# token; the weights read once a step; K and V of 32 layers x 8 heads x 128 written per token).
+MODEL_PARAMS = 8.0e9
+WEIGHT_BYTES = 2.0 * MODEL_PARAMS
+KV_BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2
+CACHE_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
+ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
+
 # Gauges in page order: attribute -> (name, HELP, extra label).
 _GAUGES: dict[str, tuple[str, str, str | None]] = {
     "running": ("vllm:num_requests_running",
@@ -67,6 +85,11 @@ _COUNTERS: dict[str, tuple[str, str, str | None]] = {
                          "Number of prompt tokens by source.", "source"),
     "prompt_cached": ("vllm:prompt_tokens_cached",
                       "Number of cached prompt tokens (local + external).", None),
+    "prompt_cached_by_source": ("vllm:prompt_tokens_cached_by_source",
+                                "Prefix-cache hit tokens by the cache tier that supplied them: device "
+                                "(local HBM), host (offloaded to DRAM), disk, p2p (transferred from another "
+                                "vLLM instance) or external_unspecified. Counted at admission; sums to "
+                                "vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.", "source"),
     "prompt_recomputed": ("vllm:prompt_tokens_recomputed",
                           "Number of cached tokens recomputed for forward pass.", None),
     "generation_tokens": ("vllm:generation_tokens",
@@ -101,6 +124,8 @@ _HISTOGRAMS: dict[str, tuple[str, str]] = {
                 "Histogram of time spent in PREFILL phase for request."),
     "decode": ("vllm:request_decode_time_seconds",
                "Histogram of time spent in DECODE phase for request."),
+    "preemptions": ("vllm:request_num_preemptions",
+                    "Histogram of the number of times a request was preempted."),
     "prefill_kv": ("vllm:request_prefill_kv_computed_tokens",
                    "Histogram of new KV tokens computed during prefill (excluding cached "
                    "tokens)."),
@@ -115,8 +140,11 @@ def _bucket_table(max_model_len: int) -> dict[str, list[float]]:
                                buckets.REQUEST_LATENCY))  # fmt: skip
     table.update(params_n=buckets.REQUEST_PARAMS_N, iteration_tokens=buckets.ITERATION_TOKENS,
                  ttft=buckets.TIME_TO_FIRST_TOKEN, itl=buckets.PER_OUTPUT_TOKEN,
-                 tpot=buckets.PER_OUTPUT_TOKEN)  # fmt: skip
+                 tpot=buckets.PER_OUTPUT_TOKEN, preemptions=REQUEST_PREEMPTIONS)  # fmt: skip
     return table
+
+
+REQUEST_PREEMPTIONS = [1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0]  # vLLM 0.32's request_num_preemptions bounds
 
 
 class SimMetrics:
@@ -140,8 +168,18 @@ class SimMetrics:
             PlatformCollector(registry=self.registry)
             ProcessCollector(registry=self.registry)
             GCCollector(registry=self.registry)
+        self._work = {key: Counter(name, doc, _LABELS, registry=self.registry) for key, (name, doc) in _WORK.items()}
+        for counter in self._work.values():
+            counter.labels(*self._labels)
         self._gauges = self._make_gauges()
         self._counters = self._make_counters()
+        # The front end's refusals by a queue limit (HTTP 503; no engine label): the simulator sets
+        # no queue limit, so they stay 0 unless record_admission_rejection() is called.
+        self._rejections = Counter("vllm:admission_rejections",
+                                   "Number of admission attempts rejected by a queue limit, by reason.",
+                                   ("model_name", "reason"), registry=self.registry)  # fmt: skip
+        for reason in ADMISSION_REASONS:
+            self._rejections.labels(model_name, reason)
         self._hist = self._make_histograms(max_model_len)
         self._make_cache_config_info(num_gpu_blocks, block_size, engine_index)
         self._http_requests = Counter(
@@ -185,6 +223,8 @@ class SimMetrics:
             counters[key] = counter
         for source in ("local_compute", "local_cache_hit", "external_kv_transfer"):
             counters["prompt_by_source"].labels(*self._labels, source)
+        for source in CACHE_SOURCES:
+            counters["prompt_cached_by_source"].labels(*self._labels, source)
         for reason in FINISH_REASONS:
             counters["success"].labels(*self._labels, reason)
         return counters
@@ -227,6 +267,9 @@ class SimMetrics:
             self._hist["iteration_tokens"].labels(*self._labels).observe(
                 stats.num_scheduled_tokens
             )
+            self._work["flops"].labels(*self._labels).inc(2.0 * MODEL_PARAMS * stats.num_scheduled_tokens)
+            self._work["read_bytes"].labels(*self._labels).inc(WEIGHT_BYTES)
+            self._work["write_bytes"].labels(*self._labels).inc(KV_BYTES_PER_TOKEN * stats.num_scheduled_tokens)
         for finished in stats.finished:
             self._record_finished(finished)
 
@@ -242,6 +285,8 @@ class SimMetrics:
         for key, amount in increments.items():
             if amount:
                 self._counters[key].labels(*self._labels).inc(amount)
+        if stats.prefix_cache_hits:  # vLLM counts hits at admission, all from the GPU's own cache here
+            self._counters["prompt_cached_by_source"].labels(*self._labels, "device").inc(stats.prefix_cache_hits)
         if stats.num_prompt_tokens:
             by_source = self._counters["prompt_by_source"]
             computed = stats.num_prompt_tokens - stats.num_cached_prompt_tokens
@@ -258,11 +303,16 @@ class SimMetrics:
             "max_generation": done.num_generation_tokens, "params_n": done.n_param,
             "tpot": done.mean_time_per_output_token,
             "prefill_kv": done.prefill_kv_computed_tokens,
+            "preemptions": done.num_preemptions,
         }  # fmt: skip
         if done.max_tokens_param is not None:
             observations["params_max_tokens"] = done.max_tokens_param
         for key, value in observations.items():
             self._hist[key].labels(*self._labels).observe(value)
+
+    def record_admission_rejection(self, reason: str) -> None:
+        """A request the front end refused by a queue limit (`reason`: one of ADMISSION_REASONS)."""
+        self._rejections.labels(self._labels[0], reason).inc()
 
     def record_http(self, handler: str, method: str, status_code: int, duration_s: float) -> None:
         status = f"{status_code // 100}xx"  # grouped like prometheus-fastapi-instrumentator

@@ -103,6 +103,7 @@ class SimRequest:
             num_cached_tokens=self.cached_tokens,
             max_tokens_param=self.max_tokens_param,
             n_param=self.n,
+            num_preemptions=self.num_preemptions,
         )
 
     # Waiting side: one consumer (the HTTP handler) per request. Futures are created by

@@ -33,6 +33,7 @@ class FinishedRequestStats:
     num_cached_tokens: int
     max_tokens_param: int | None
     n_param: int
+    num_preemptions: int = 0  # times this request was preempted (vLLM's request_num_preemptions)
 
     @property
     def mean_time_per_output_token(self) -> float:

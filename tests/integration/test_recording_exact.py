@@ -46,11 +46,16 @@ _ATTRIBUTES = {
     "inference_prefix_cache_hit_baseline_ratio": "prefix_cache_hit_baseline_ratio",
     "inference_spec_decode_acceptance_ratio_baseline": "spec_decode_acceptance_ratio_baseline",
     "inference_spec_decode_acceptance_baseline_ratio": "spec_decode_acceptance_baseline_ratio",
+    "inference_estimated_flops_per_second": "estimated_flops_per_second",
+    "inference_estimated_memory_read_bytes_per_second": "estimated_read_bytes_per_second",
+    "inference_estimated_memory_write_bytes_per_second": "estimated_write_bytes_per_second",
+    "inference_admission_rejections_per_second": "admission_rejections_per_second",
 }
 _SUMMARIES = {"inference_ttft_seconds": "ttft", "inference_tpot_seconds": "tpot",
               "inference_e2e_latency_seconds": "e2e", "inference_queue_time_seconds": "queue",
               "inference_prefill_time_seconds": "prefill", "inference_decode_time_seconds": "decode",
-              "inference_request_inference_time_seconds": "inference"}
+              "inference_request_inference_time_seconds": "inference",
+              "inference_request_preemptions": "request_preemptions"}
 
 
 def ours(rule: Rule, stats: Any) -> float | None:
@@ -157,4 +162,4 @@ def test_shipped_rules_evaluate_in_prometheus() -> None:
     assert gauges
     unhealthy = [(r["name"], r.get("lastError")) for g in groups for r in g["rules"] if r["health"] != "ok"]
     assert not unhealthy, unhealthy
-    assert sum(len(g["rules"]) for g in groups) == 225
+    assert sum(len(g["rules"]) for g in groups) == 255

