@@ -3,7 +3,7 @@
     python -m bench.infra_collect [--gpus 64] [--nodes 8] [--repeat 200]
 
 "Instant NVML" is a fake module whose calls return constants at once, so what is measured is
-ours: the per-GPU read (≈12 NVML calls + a GpuReading) and the hand-off to the GPU's worker
+ours: the per-GPU read (≈18 NVML calls, GPU health included, + a GpuReading) and the hand-off to the GPU's worker
 thread and back under a deadline. Goals: < 50 µs per GPU per tick on top of the NVML calls,
 < 20 ms to render /metrics for 64 GPUs × 8 nodes.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import time
 from collections.abc import Callable
@@ -60,6 +61,26 @@ class InstantNvml:
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: int) -> int: return 4
     def nvmlDeviceGetTotalEccErrors(self, handle: int, kind: int, counter: int) -> int: return 0
     def nvmlDeviceGetMigMode(self, handle: int) -> list[int]: return [0, 0]
+    # GPU health, as an H200 answers: row remapping (no page retirement), 18 NVLinks, XID events.
+    def nvmlDeviceGetRemappedRows(self, handle: int) -> tuple[int, int, int, int]: return (0, 0, 0, 0)
+    def nvmlDeviceGetPcieReplayCounter(self, handle: int) -> int: return 0
+    def nvmlDeviceGetRetiredPages(self, handle: int, cause: int) -> list[int]: raise _unsupported()
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: int) -> int: raise _unsupported()
+    def nvmlDeviceGetNvLinkState(self, handle: int, link: int) -> int:
+        if link >= 18:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return 1
+    def nvmlDeviceGetNvLinkErrorCounter(self, handle: int, link: int, counter: int) -> int: return 0
+    def nvmlEventSetCreate(self) -> object: return object()
+    def nvmlDeviceRegisterEvents(self, handle: int, types: int, event_set: object) -> None: ...
+    def nvmlEventSetFree(self, event_set: object) -> None: ...
+    def nvmlEventSetWait_v2(self, event_set: object, timeout_ms: int) -> None:
+        time.sleep(timeout_ms / 1000.0)  # no XID: the wait times out, as the driver's does
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+
+
+def _unsupported() -> pynvml.NVMLError:
+    return pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
 
 ROUNDS = 5  # the best of 5 medians: other processes on a small machine only ever add time
@@ -88,6 +109,13 @@ def raw_calls(nvml: InstantNvml) -> None:
     nvml.nvmlDeviceGetTotalEccErrors(0, 1, 0)
     nvml.nvmlDeviceGetTemperature(0, 0)
     nvml.nvmlDeviceGetCurrentClocksEventReasons(0)
+    nvml.nvmlDeviceGetTotalEccErrors(0, 0, 0)  # GPU health: corrected ECC, retired pages (refused), PCIe replays,
+    for call in (nvml.nvmlDeviceGetRetiredPagesPendingStatus, lambda h: nvml.nvmlDeviceGetRetiredPages(h, 0),
+                 lambda h: nvml.nvmlDeviceGetRetiredPages(h, 1)):
+        with contextlib.suppress(pynvml.NVMLError):
+            call(0)
+    nvml.nvmlDeviceGetPcieReplayCounter(0)
+    nvml.nvmlDeviceGetRemappedRows(0)  # the remapped rows
 
 
 def bench_read(repeat: int) -> tuple[float, float]:

@@ -18,6 +18,7 @@ import httpx
 from monitor.config import InfraSettings, Target
 from monitor.health import HealthBook
 from monitor.infra.dcgm import WANTED, page_to_states
+from monitor.infra.ledger import ErrorLedger
 from monitor.infra.local import COLLECTOR, LocalGpus
 from monitor.infra.nvml import NvmlBackend
 from monitor.infra.reading import GpuIdentity, GpuReading, GpuState, InfraView, NotPresent
@@ -90,12 +91,14 @@ class InfraCollector:
         self.wall = wall
         self.local = local_gpus(settings, health, load_nvml, clock)
         self.dcgm = [DcgmTarget(t) for t in settings.dcgm.targets]
+        self.ledger = ErrorLedger()  # XIDs and error counters across ticks, on the monitor's wall clock
         self.view = InfraView(ts=wall())
 
     async def collect(self) -> InfraView:
         local = self.local.collect() if self.local is not None else _nothing()
         parts = await asyncio.gather(local, *(self._scrape(target) for target in self.dcgm))
-        self.view = InfraView(self.wall(), tuple(state for part in parts for state in part))
+        states = self.ledger.update([state for part in parts for state in part], self.wall())
+        self.view = InfraView(self.wall(), tuple(states))
         return self.view
 
     async def _scrape(self, state: DcgmTarget) -> list[GpuState]:

@@ -53,9 +53,15 @@ DCGM_FIELDS: tuple[DcgmField, ...] = (
     DcgmField("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "energy_joules", "mJ", "4.8"),
     DcgmField("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "clock_event_mask", "base", "4.9"),
     DcgmField("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "clock_event_mask", "base", "4.8"),
+    # The last XID since the host engine started (0: none): a gauge that sticks. The ledger
+    # (monitor/infra/ledger.py) counts its changes, so a new XID is an increase.
+    DcgmField("DCGM_FI_DEV_XID_ERROR", "xid_last", "base", "4.9"),
+    DcgmField("DCGM_FI_DEV_XID_ERRORS", "xid_last", "base", "4.8"),
     *dcgm_fields(),
 )
-WANTED = frozenset(f.metric for f in DCGM_FIELDS)
+# dcgm-exporter's own XID families (an `xid` label each): GpuReading attribute by family, preferred first.
+XID_FAMILIES = (("DCGM_EXP_XID_ERRORS_TOTAL", "xid_totals"), ("DCGM_EXP_XID_ERRORS_COUNT", "xid_window_counts"))
+WANTED = frozenset(f.metric for f in DCGM_FIELDS) | {name for name, _ in XID_FAMILIES}
 
 # Label spellings across releases: the first one present wins.
 NODE_LABELS = ("hostname", "Hostname")  # renamed in 4.6.0-4.8.3
@@ -83,6 +89,7 @@ class _Device:
     identity: dict[str, str] = field(default_factory=dict)
     gpu: _Values = field(default_factory=_Values)
     instances: dict[str, _Values] = field(default_factory=dict)
+    xids: dict[str, dict[str, float]] = field(default_factory=dict)  # GpuReading attribute -> {xid: count}
 
 
 def page_to_states(page: Page, source: str) -> list[GpuState]:
@@ -92,6 +99,9 @@ def page_to_states(page: Page, source: str) -> list[GpuState]:
         for labels, value in page.series(spec.metric).items():
             if math.isfinite(value):
                 _place(devices, spec, dict(labels), value, source)
+    for name, attribute in XID_FAMILIES:
+        for labels, value in page.series(name).items():
+            _place_xid(devices, attribute, dict(labels), value, source)
     return [_state(node, gpu, device, source) for (node, gpu), device in sorted(devices.items(), key=_order)]
 
 
@@ -116,6 +126,16 @@ def _place(devices: dict[tuple[str, str], _Device], spec: DcgmField, labels: dic
             _put(_instance(device, instance, labels), None, labels, value)
 
 
+def _place_xid(devices: dict[tuple[str, str], _Device], attribute: str, labels: dict[str, str], value: float,
+               source: str) -> None:
+    gpu, xid = labels.get("gpu"), labels.get("xid")
+    if gpu is None or not xid or not math.isfinite(value):
+        return
+    device = devices.setdefault((_first(labels, NODE_LABELS) or source, gpu), _Device())
+    counts = device.xids.setdefault(attribute, {})
+    counts[xid] = max(counts.get(xid, 0.0), value)  # an XID is the GPU's: the same on each MIG instance
+
+
 def _instance(device: _Device, instance: str, labels: dict[str, str]) -> _Values:
     return device.instances.setdefault(instance, _Values(profile=labels.get("GPU_I_PROFILE", "")))
 
@@ -136,6 +156,7 @@ def _state(node: str, gpu: str, device: _Device, source: str) -> GpuState:
     reading_values: dict[str, Any] = {k: v for k, v in values.items() if k in _GPU_ATTRIBUTES}
     if "clock_event_mask" in reading_values:
         reading_values["clock_event_mask"] = int(reading_values["clock_event_mask"])
+    reading_values.update(device.xids)  # xid_totals / xid_window_counts, where the page has them
     reading = GpuReading(**reading_values, mig=mig, workload=dict(device.gpu.workload))
     return GpuState(node, gpu, source, up=True, identity=identity, reading=reading)
 

@@ -35,6 +35,7 @@ class NvmlCall:
     constants: tuple[str, ...] = ()
     divide: float = 1.0
     multiply: float = 1.0
+    count: bool = False  # the call answers a list (retired pages): the value is its length
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,51 @@ GPU_FIELDS: tuple[GpuField, ...] = (
     GpuField("temperature_celsius", "inference_gpu_temperature_celsius",
              NvmlCall("nvmlDeviceGetTemperature", ("NVML_TEMPERATURE_GPU",)),
              (("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "base", "4.9"), ("DCGM_FI_DEV_GPU_TEMP", "base", "4.8"))),
+    # GPU health. dcgm-exporter's CSV names them as DCGM did up to 4.6 (its rows are commented out
+    # by default, but for the remapped rows, the row-remap failure and PCIe replays); DCGM 4.7's
+    # dcgm_fields.h spells 202, 390-396 and the NVLink totals as the "4.9" names here. ECC and the
+    # pending flag kept their names. NVML: a GPU without page retirement (Ampere and newer) or
+    # without ECC answers NOT_SUPPORTED: the field is absent.
+    GpuField("ecc_corrected_errors", "inference_gpu_ecc_corrected_errors_total",
+             NvmlCall("nvmlDeviceGetTotalEccErrors", ("NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_VOLATILE_ECC")),
+             (("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "base", "4.8"),)),
+    GpuField("retired_pages_sbe", "inference_gpu_retired_pages_sbe",
+             NvmlCall("nvmlDeviceGetRetiredPages", ("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS",),
+                      count=True),
+             (("DCGM_FI_DEV_PAGE_RETIRED_SBE_TOTAL", "base", "4.9"), ("DCGM_FI_DEV_RETIRED_SBE", "base", "4.8"))),
+    GpuField("retired_pages_dbe", "inference_gpu_retired_pages_dbe",
+             NvmlCall("nvmlDeviceGetRetiredPages", ("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR",), count=True),
+             (("DCGM_FI_DEV_PAGE_RETIRED_DBE_TOTAL", "base", "4.9"), ("DCGM_FI_DEV_RETIRED_DBE", "base", "4.8"))),
+    GpuField("retired_pages_pending", "inference_gpu_retired_pages_pending",
+             NvmlCall("nvmlDeviceGetRetiredPagesPendingStatus"),
+             (("DCGM_FI_DEV_PAGE_RETIRED_PENDING", "base", "4.9"), ("DCGM_FI_DEV_RETIRED_PENDING", "base", "4.8"))),
+    GpuField("pcie_replay_errors", "inference_gpu_pcie_replay_errors_total",
+             NvmlCall("nvmlDeviceGetPcieReplayCounter"),
+             (("DCGM_FI_DEV_PCIE_REPLAY_TOTAL", "base", "4.9"), ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "base", "4.8"))),
+    # One NVML call answers all four (nvmlDeviceGetRemappedRows, in nvml.py); dcgm-exporter has one field each.
+    GpuField("row_remap_correctable_rows", "inference_gpu_row_remap_correctable_rows", None,
+             (("DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL", "base", "4.9"),
+              ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "base", "4.8"))),
+    GpuField("row_remap_uncorrectable_rows", "inference_gpu_row_remap_uncorrectable_rows", None,
+             (("DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL", "base", "4.9"),
+              ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "base", "4.8"))),
+    GpuField("row_remap_pending", "inference_gpu_row_remap_pending", None,
+             (("DCGM_FI_DEV_ROW_REMAP_PENDING", "base", "4.8"),)),
+    GpuField("row_remap_failed", "inference_gpu_row_remap_failed", None,
+             (("DCGM_FI_DEV_ROW_REMAP_FAILED", "base", "4.9"), ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "base", "4.8"))),
+    # NVML counts per link (nvmlDeviceGetNvLinkErrorCounter, summed in nvml.py on the slow interval).
+    GpuField("nvlink_crc_flit_errors", "inference_gpu_nvlink_crc_flit_errors_total", None,
+             (("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_TOTAL", "base", "4.9"),
+              ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "base", "4.8"))),
+    GpuField("nvlink_crc_data_errors", "inference_gpu_nvlink_crc_data_errors_total", None,
+             (("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_TOTAL", "base", "4.9"),
+              ("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "base", "4.8"))),
+    GpuField("nvlink_replay_errors", "inference_gpu_nvlink_replay_errors_total", None,
+             (("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_TOTAL", "base", "4.9"),
+              ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "base", "4.8"))),
+    GpuField("nvlink_recovery_errors", "inference_gpu_nvlink_recovery_errors_total", None,
+             (("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_TOTAL", "base", "4.9"),
+              ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "base", "4.8"))),
 )
 
 

@@ -15,6 +15,7 @@ from typing import Any, TypeVar, cast
 
 from monitor.infra.fields import GPU_FIELDS, NvmlCall
 from monitor.infra.reading import GpuIdentity, GpuLost, GpuReading, MigReading, NotPresent
+from monitor.infra.xid import XidListener
 
 T = TypeVar("T")
 
@@ -23,6 +24,11 @@ _ABSENT = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_NO_PERMISSION", "NVML_ERROR_F
 _LOST = ("NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_UNKNOWN")
 _NOT_PRESENT = ("NVML_ERROR_LIBRARY_NOT_FOUND", "NVML_ERROR_DRIVER_NOT_LOADED")
 _EMPTY_MIG_SLOT = ("NVML_ERROR_NOT_FOUND", "NVML_ERROR_INVALID_ARGUMENT")
+# nvmlDeviceGetNvLinkErrorCounter's counters -> GpuReading attribute (each summed over active links).
+_NVLINK_COUNTERS = (("NVML_NVLINK_ERROR_DL_CRC_FLIT", "nvlink_crc_flit_errors"),
+                    ("NVML_NVLINK_ERROR_DL_CRC_DATA", "nvlink_crc_data_errors"),
+                    ("NVML_NVLINK_ERROR_DL_REPLAY", "nvlink_replay_errors"),
+                    ("NVML_NVLINK_ERROR_DL_RECOVERY", "nvlink_recovery_errors"))
 
 
 @dataclass
@@ -39,6 +45,7 @@ class _SlowFields:
     read_at: float
     energy_joules: float | None = None
     mig: list[_MigSlot] = field(default_factory=list)
+    nvlink: dict[str, float] = field(default_factory=dict)  # empty: no NVLink (or none active)
 
 
 class NvmlBackend:
@@ -52,6 +59,11 @@ class NvmlBackend:
         self._slow: dict[int, _SlowFields] = {}
         self._memory_v2: dict[int, bool] = {}
         self._initialised = False
+        self.xids = XidListener(nvml, lambda exc: self._is(exc, _ABSENT))
+        # Per GPU, the calls it refused (NOT_SUPPORTED and the like): not asked again until the next
+        # slow read. An H200 refuses page retirement every tick otherwise, an exception a call.
+        self._refused: dict[int, set[str]] = {}
+        self._bound_table: tuple[object, list[tuple[str, NvmlCall, Callable[..., Any], tuple[Any, ...]]]] = ((), [])
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -65,7 +77,9 @@ class NvmlBackend:
             raise
         self._initialised = True
         driver = _text(nvml.nvmlSystemGetDriverVersion())
-        return [self._identity(index, driver) for index in range(nvml.nvmlDeviceGetCount())]
+        identities = [self._identity(index, driver) for index in range(nvml.nvmlDeviceGetCount())]
+        self.xids.start(self._handles)
+        return identities
 
     def _identity(self, index: int, driver: str) -> GpuIdentity:
         # A GPU already lost at start still counts: it is listed with gpu_up 0, not hidden.
@@ -83,6 +97,7 @@ class NvmlBackend:
     def close(self) -> None:
         if self._initialised:
             self._initialised = False
+            self.xids.stop()
             self.nvml.nvmlShutdown()
 
     # -- one GPU ----------------------------------------------------------------------------
@@ -94,7 +109,13 @@ class NvmlBackend:
         slow = self._slow_fields(index, handle)
         used, total, reserved = self._memory(index, handle)
         utilization = self._optional(nvml.nvmlDeviceGetUtilizationRates, handle)
-        plain = {f.attribute: self._plain(f.nvml, handle) for f in GPU_FIELDS if f.nvml is not None}
+        refused = self._refused.setdefault(index, set())
+        plain: dict[str, float | None] = {attribute: self._plain(attribute, call, function, handle, args, refused)
+                                          for attribute, call, function, args in self._bound()}
+        rows = self._unless_refused(refused, "nvmlDeviceGetRemappedRows", handle)
+        if rows is not None:  # (correctable, uncorrectable, pending, failure occurred)
+            plain.update(zip(("row_remap_correctable_rows", "row_remap_uncorrectable_rows", "row_remap_pending",
+                              "row_remap_failed"), map(float, rows), strict=True))
         return GpuReading(
             kernel_active_ratio=None if utilization is None else utilization.gpu / 100.0,
             memory_used_bytes=used,
@@ -103,14 +124,38 @@ class NvmlBackend:
             energy_joules=slow.energy_joules,
             clock_event_mask=self._optional(self._clock_events_call(), handle),
             mig=tuple(self._mig_reading(slot) for slot in slow.mig),
-            **cast(dict[str, Any], plain),  # each a float or None, by the table's attribute names
+            xid_events=self.xids.take(index),
+            **cast(dict[str, Any], {**slow.nvlink, **plain}),  # each a float or None, by the table's attribute names
         )
 
-    def _plain(self, call: NvmlCall, handle: Any) -> float | None:
+    def _bound(self) -> list[tuple[str, NvmlCall, Callable[..., Any], tuple[Any, ...]]]:
+        """The table's NVML calls with their functions and constants looked up once (per table)."""
+        table, bound = self._bound_table
+        if table is not GPU_FIELDS:
+            nvml = self.nvml
+            bound = [(f.attribute, f.nvml, getattr(nvml, f.nvml.function),
+                      tuple(getattr(nvml, c) for c in f.nvml.constants)) for f in GPU_FIELDS if f.nvml is not None]
+            self._bound_table = (GPU_FIELDS, bound)
+        return bound
+
+    def _plain(self, attribute: str, call: NvmlCall, function: Callable[..., Any], handle: Any, args: tuple[Any, ...],
+               refused: set[str]) -> float | None:
         """A plain field of fields.GPU_FIELDS, in base units; None where the GPU does not support it."""
-        nvml = self.nvml
-        raw = self._optional(getattr(nvml, call.function), handle, *(getattr(nvml, c) for c in call.constants))
-        return None if raw is None else float(raw) / call.divide * call.multiply
+        if attribute in refused:
+            return None
+        raw = self._optional(function, handle, *args)
+        if raw is None:
+            refused.add(attribute)
+            return None
+        return float(len(raw)) if call.count else float(raw) / call.divide * call.multiply
+
+    def _unless_refused(self, refused: set[str], function: str, handle: Any) -> Any:
+        if function in refused or not hasattr(self.nvml, function):
+            return None
+        value = self._optional(getattr(self.nvml, function), handle)
+        if value is None:
+            refused.add(function)
+        return value
 
     def _memory(self, index: int, handle: Any) -> tuple[float | None, float | None, float | None]:
         # v2 separates driver-reserved memory from `used`; old drivers only answer v1.
@@ -137,10 +182,34 @@ class NvmlBackend:
         slow = self._slow.get(index)
         if slow is not None and now - slow.read_at < self.slow_interval_s:
             return slow
+        self._refused.pop(index, None)  # ask the refused calls again, every slow interval
         energy_mj = self._optional(self.nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
-        slow = _SlowFields(now, None if energy_mj is None else energy_mj / 1000.0, self._mig_slots(handle))
+        slow = _SlowFields(now, None if energy_mj is None else energy_mj / 1000.0, self._mig_slots(handle),
+                           self._nvlink(handle))
         self._slow[index] = slow
         return slow
+
+    def _nvlink(self, handle: Any) -> dict[str, float]:
+        """NVLink error counters summed over the active links: up to 18 links x 5 calls, so on the
+        slow interval. A GPU without NVLink answers NOT_SUPPORTED on link 0: no fields at all."""
+        nvml = self.nvml
+        if not hasattr(nvml, "nvmlDeviceGetNvLinkState"):
+            return {}
+        totals: dict[str, float] = {}
+        for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
+            try:
+                active = nvml.nvmlDeviceGetNvLinkState(handle, link)
+            except nvml.NVMLError as exc:
+                if self._is(exc, (*_ABSENT, "NVML_ERROR_INVALID_ARGUMENT")):
+                    break  # no NVLink, or past the GPU's last link
+                raise self._translate(exc) from None
+            if active != getattr(nvml, "NVML_FEATURE_ENABLED", 1):
+                continue
+            for constant, attribute in _NVLINK_COUNTERS:
+                count = self._optional(nvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, getattr(nvml, constant))
+                if count is not None:
+                    totals[attribute] = totals.get(attribute, 0.0) + float(count)
+        return totals
 
     def _mig_slots(self, handle: Any) -> list[_MigSlot]:
         nvml = self.nvml

@@ -71,7 +71,27 @@ class GpuReading:
     energy_joules: float | None = None
     sm_clock_hertz: float | None = None
     clock_event_mask: int | None = None
-    ecc_uncorrected_errors: float | None = None
+    ecc_uncorrected_errors: float | None = None  # volatile: since the last driver load or GPU reset
+    ecc_corrected_errors: float | None = None
+    # Memory repair (GpuErrors, monitor/infra/ledger.py, turns the counters into increases).
+    row_remap_correctable_rows: float | None = None  # Ampere and newer
+    row_remap_uncorrectable_rows: float | None = None
+    row_remap_pending: float | None = None  # 1: a remap waits for a GPU reset
+    row_remap_failed: float | None = None  # 1: a remap failed (no spare row): RMA
+    retired_pages_sbe: float | None = None  # Volta and older (page retirement)
+    retired_pages_dbe: float | None = None
+    retired_pages_pending: float | None = None  # 1: a retirement waits for a reset
+    pcie_replay_errors: float | None = None
+    nvlink_crc_flit_errors: float | None = None  # summed over the GPU's links
+    nvlink_crc_data_errors: float | None = None
+    nvlink_replay_errors: float | None = None
+    nvlink_recovery_errors: float | None = None
+    xid_last: float | None = None  # dcgm-exporter: the last XID seen (0: none), a gauge that sticks
+    xid_events: tuple[int, ...] | None = None  # NVML: XIDs delivered since the last read; None: no event API
+    # dcgm-exporter's own XID counts by XID, where its CSV enables them: DCGM_EXP_XID_ERRORS_TOTAL (since
+    # the exporter started) or DCGM_EXP_XID_ERRORS_COUNT (over its sliding window). Preferred to xid_last.
+    xid_totals: Mapping[str, float] | None = None
+    xid_window_counts: Mapping[str, float] | None = None
     mig: tuple[MigReading, ...] = ()
     workload: Mapping[str, str] = field(default_factory=dict)  # Kubernetes pod/namespace/container
 
@@ -91,6 +111,13 @@ class GpuReading:
         if self.memory_used_bytes is None or not self.memory_total_bytes:
             return None
         return self.memory_used_bytes / self.memory_total_bytes
+
+    @property
+    def retired_pages(self) -> float | None:
+        """Pages retired for either cause: DCGM's health check fails a GPU at 60 or more."""
+        if self.retired_pages_sbe is None and self.retired_pages_dbe is None:
+            return None
+        return (self.retired_pages_sbe or 0.0) + (self.retired_pages_dbe or 0.0)
 
     @property
     def power_used_ratio(self) -> float | None:
@@ -125,6 +152,21 @@ class GpuState:
     identity: GpuIdentity | None = None
     reading: GpuReading | None = None  # None whenever up is False: its series disappear
     error: str | None = None
+    errors: GpuErrors | None = None  # kept across reads by the ledger; shown while the GPU is down too
+
+
+@dataclass(frozen=True)
+class GpuErrors:
+    """A GPU's error history as the ledger (monitor/infra/ledger.py) keeps it across reads."""
+
+    xid_total: Mapping[str, float] = field(default_factory=dict)  # XID -> events counted since start
+    xid_recent: Mapping[str, float] = field(default_factory=dict)  # XID -> events in the XID window
+    increase: Mapping[str, float] = field(default_factory=dict)  # error kind -> increase over its window
+
+    @property
+    def faults(self) -> tuple[str, ...]:
+        """The recent XIDs, as words for a cause or a status line."""
+        return tuple(f"XID {xid}" for xid, count in sorted(self.xid_recent.items()) if count > 0)
 
 
 @dataclass(frozen=True)

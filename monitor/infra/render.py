@@ -12,7 +12,8 @@ from prometheus_client.core import Metric
 
 from monitor.catalog import CATALOG, family
 from monitor.infra.fields import GPU_FIELDS
-from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuReading, GpuState, InfraView, MigReading
+from monitor.infra.ledger import ERROR_WINDOW, XID_WINDOW
+from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuErrors, GpuReading, GpuState, InfraView, MigReading
 
 # Our metric -> GpuReading attribute (or property), per {node, gpu}: the fields read in their own
 # way and the derived ratios here, the plain fields from their table; in the catalog's order.
@@ -26,6 +27,7 @@ _OWN_VALUES = {
     "inference_gpu_memory_used_ratio": "memory_used_ratio",
     "inference_gpu_power_used_ratio": "power_used_ratio",
     "inference_gpu_energy_joules_total": "energy_joules",
+    "inference_gpu_retired_pages": "retired_pages",
 }
 _ATTRIBUTES = {**_OWN_VALUES, **{f.metric: f.attribute for f in GPU_FIELDS}}
 _GPU_VALUES = {name: _ATTRIBUTES[name] for name in CATALOG if name in _ATTRIBUTES}
@@ -42,10 +44,13 @@ def render_infra(view: InfraView) -> Iterator[Metric]:
     values = {name: family(name) for name in _GPU_VALUES}
     mig = {name: family(name) for name in (*_MIG_VALUES, "inference_gpu_mig_memory_used_ratio")}
     reasons = family("inference_gpu_clock_event_active")
+    errors = {name: family(name) for name in _ERROR_FAMILIES}
     for gpu in view.gpus:
         labels = {"node": gpu.node, "gpu": gpu.gpu}
         up.add_sample("inference_gpu_up", labels, 1.0 if gpu.up else 0.0)
         _info(info, gpu, labels)
+        if gpu.errors is not None:
+            _errors(errors, gpu.errors, labels, gpu.up)  # XIDs stay while it is down: XID 79 is why it is
         if not gpu.up or gpu.reading is None:
             continue  # a lost or unreadable GPU: no stale numbers
         _values(values, gpu.reading, labels)
@@ -57,6 +62,7 @@ def render_infra(view: InfraView) -> Iterator[Metric]:
     yield info
     yield from values.values()
     yield reasons
+    yield from errors.values()
     yield from mig.values()
     yield workload
 
@@ -75,6 +81,23 @@ def _values(values: dict[str, Metric], reading: GpuReading, labels: dict[str, st
         value = getattr(reading, attribute)
         if value is not None:
             values[name].add_sample(name, labels, value)
+
+
+_ERROR_FAMILIES = ("inference_gpu_xid_errors_total", "inference_gpu_xid_events", "inference_gpu_errors_increase")
+
+
+def _errors(families: dict[str, Metric], errors: GpuErrors, labels: dict[str, str], up: bool) -> None:
+    for xid, count in errors.xid_total.items():
+        families["inference_gpu_xid_errors_total"].add_sample("inference_gpu_xid_errors_total",
+                                                              {**labels, "xid": xid}, count)
+        recent = errors.xid_recent.get(xid, 0.0)
+        families["inference_gpu_xid_events"].add_sample(
+            "inference_gpu_xid_events", {**labels, "xid": xid, "window": XID_WINDOW[0]}, recent)
+    if not up:
+        return  # the counters of a GPU that was not read: no stale increase
+    for kind, value in errors.increase.items():
+        families["inference_gpu_errors_increase"].add_sample(
+            "inference_gpu_errors_increase", {**labels, "kind": kind, "window": ERROR_WINDOW[0]}, value)
 
 
 def _reasons(reasons: Metric, reading: GpuReading, labels: dict[str, str]) -> None:

@@ -12,12 +12,23 @@ they show is what a real H200 produced. Trace format (tests/fixtures/nvml_h200_t
 Playback starts at nvmlInit and loops; energy keeps counting up across loops (a counter).
 Fields the recording lacks (reserved memory, ECC) answer NotSupported, as the GPU would for
 fields it does not have — the replay never invents a number.
+
+GPU health is optional, so a fault can be replayed. `"health"` holds the healthy GPU's health
+fields (any of HEALTH_FIELDS; those it lacks stay NotSupported), `"events"` what happens to it
+once, at `t` seconds into the first loop, on GPU `gpu` (default 0): an XID (delivered through the
+event API, as the driver does) and new values for health fields:
+
+    "health": {"ecc_uncorrected": 0, "ecc_corrected": 0, "remapped_correctable": 0,
+               "remapped_uncorrectable": 0, "remap_pending": 0, "remap_failed": 0, "pcie_replay": 0},
+    "events": [{"t": 20.0, "gpu": 0, "xid": 48,
+                "set": {"ecc_uncorrected": 1, "remapped_uncorrectable": 1, "remap_pending": 1}}]
 """
 
 from __future__ import annotations
 
 import bisect
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +42,16 @@ from monitor.config import ConfigError
 
 _FIELDS = ("t", "util_gpu", "util_mem", "mem_used", "mem_total", "temp", "power_mw", "power_limit_mw",
            "energy_mj", "clock_sm", "throttle")
+HEALTH_FIELDS = ("ecc_uncorrected", "ecc_corrected", "remapped_correctable", "remapped_uncorrectable",
+                 "remap_pending", "remap_failed", "pcie_replay")
+
+
+@dataclass(frozen=True)
+class HealthEvent:
+    t: float
+    gpu: int = 0
+    xid: int | None = None
+    values: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -39,6 +60,8 @@ class Trace:
     uuid: str
     driver: str
     records: tuple[dict[str, float], ...]
+    health: tuple[tuple[str, float], ...] | None = None  # None: no health fields recorded
+    events: tuple[HealthEvent, ...] = ()
 
     @property
     def times(self) -> list[float]:
@@ -68,8 +91,42 @@ def load_trace(path: str | Path) -> Trace:
         missing = [name for name in _FIELDS if not isinstance(record.get(name), int | float)]
         if missing:
             raise ConfigError(f"{where}: trace[{number}] lacks {', '.join(missing)}")
+    health, events = _health(data, where)
     return Trace(str(data.get("name", "replayed GPU")), str(data.get("uuid", "GPU-replay")),
-                 str(data.get("driver", "replay")), tuple(sorted(records, key=lambda r: r["t"])))
+                 str(data.get("driver", "replay")), tuple(sorted(records, key=lambda r: r["t"])), health, events)
+
+
+def _health(data: dict[str, Any], where: str) -> tuple[tuple[tuple[str, float], ...] | None, tuple[HealthEvent, ...]]:
+    health = data.get("health")
+    if health is not None:
+        health = tuple(_health_values(health, f"{where}: health"))
+    events = []
+    for number, event in enumerate(data.get("events") or ()):
+        at = f"{where}: events[{number}]"
+        if not isinstance(event, dict) or not isinstance(event.get("t"), int | float):
+            raise ConfigError(f"{at}: needs a number 't'")
+        xid, gpu = event.get("xid"), event.get("gpu", 0)
+        if xid is not None and (not isinstance(xid, int) or xid <= 0):
+            raise ConfigError(f"{at}: 'xid' must be a positive integer")
+        if not isinstance(gpu, int) or gpu < 0:
+            raise ConfigError(f"{at}: 'gpu' must be a GPU index")
+        values = tuple(_health_values(event.get("set") or {}, f"{at}: set"))
+        if values and health is None:
+            raise ConfigError(f"{at}: sets health fields, but the trace has no 'health'")
+        events.append(HealthEvent(float(event["t"]), gpu, xid, values))
+    return health, tuple(sorted(events, key=lambda e: e.t))
+
+
+def _health_values(values: object, where: str) -> list[tuple[str, float]]:
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where}: must be a mapping of {', '.join(HEALTH_FIELDS)}")
+    unknown = sorted(set(values) - set(HEALTH_FIELDS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(HEALTH_FIELDS)})")
+    bad = [name for name, value in values.items() if not isinstance(value, int | float) or value < 0]
+    if bad:
+        raise ConfigError(f"{where}: {', '.join(bad)} must be numbers >= 0")
+    return [(name, float(value)) for name, value in values.items()]
 
 
 def _error(name: str) -> pynvml.NVMLError:
@@ -92,10 +149,15 @@ class ReplayNvml:
         self._times = trace.times
         self._started: float | None = None
         self.lost = False
+        self._delivered = 0  # trace events whose XID the event API has handed out
+        self._injected: list[tuple[int, int]] = []  # (gpu, xid) from inject_xid, not yet handed out
+        self._registered: set[int] = set()
+        self._events_lock = threading.Lock()
+        self._injected_health: dict[int, dict[str, float]] = {}  # GPU -> fields set by inject_fault
 
     def __getattr__(self, name: str) -> Any:
         # Constants (NVML_CLOCK_SM, NVML_ERROR_*, nvmlMemory_v2, …) are the real module's.
-        if name.startswith(("NVML_", "nvmlMemory_v", "nvmlClocks")):
+        if name.startswith(("NVML_", "nvmlMemory_v", "nvmlClocks", "nvmlEventType")):
             return getattr(pynvml, name)
         raise AttributeError(name)
 
@@ -187,9 +249,117 @@ class ReplayNvml:
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: int) -> int:
         return int(self._value(handle, "throttle"))
 
-    def nvmlDeviceGetTotalEccErrors(self, handle: int, error_type: int, counter_type: int) -> int:
+    # -- health (only what the trace's "health" holds; the rest is NotSupported) ---------------
+
+    def elapsed(self) -> float:
+        if self._started is None:
+            raise _error("NVML_ERROR_UNINITIALIZED")
+        return self.clock() - self._started
+
+    def health(self, handle: int, name: str) -> float:
+        """A health field now: the trace's value, changed by the events due on this GPU."""
         self._check(handle)
-        raise _error("NVML_ERROR_NOT_SUPPORTED")  # not in the recording
+        injected = self._injected_health.get(handle, {})
+        if name in injected:
+            return injected[name]
+        base = dict(self.trace.health or ())
+        if name not in base:
+            raise _error("NVML_ERROR_NOT_SUPPORTED")
+        value, elapsed = base[name], self.elapsed()
+        for event in self.trace.events:
+            if event.t <= elapsed and event.gpu == handle:
+                value = dict(event.values).get(name, value)
+        return value
+
+    def inject_fault(self, gpu: int, xid: int | None, values: dict[str, float]) -> None:
+        """A fault now (the scorecard, tests): an XID through the event API and health fields set.
+        A GPU without recorded health fields gains them (at 0) with the fault."""
+        unknown = set(values) - set(HEALTH_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown health fields: {sorted(unknown)}")
+        fields = self._injected_health.setdefault(gpu, {})
+        for name in HEALTH_FIELDS:
+            fields.setdefault(name, dict(self.trace.health or ()).get(name, 0.0))
+        fields.update(values)
+        if xid is not None:
+            self.inject_xid(gpu, xid)
+
+    def reset_gpu(self, gpu: int) -> None:
+        """What a GPU reset does to the health fields: volatile ECC counts and pending repairs go to 0."""
+        fields = self._injected_health.get(gpu)
+        if fields is not None:
+            fields.update(ecc_uncorrected=0.0, ecc_corrected=0.0, remap_pending=0.0)
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: int, error_type: int, counter_type: int) -> int:
+        if counter_type != pynvml.NVML_VOLATILE_ECC:
+            raise _error("NVML_ERROR_NOT_SUPPORTED")
+        kind = "ecc_uncorrected" if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED else "ecc_corrected"
+        return int(self.health(handle, kind))
+
+    def nvmlDeviceGetRemappedRows(self, handle: int) -> tuple[int, int, int, int]:
+        return (int(self.health(handle, "remapped_correctable")), int(self.health(handle, "remapped_uncorrectable")),
+                int(self.health(handle, "remap_pending")), int(self.health(handle, "remap_failed")))
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: int) -> int:
+        return int(self.health(handle, "pcie_replay"))
+
+    def nvmlDeviceGetRetiredPages(self, handle: int, cause: int) -> list[int]:
+        self._check(handle)
+        raise _error("NVML_ERROR_NOT_SUPPORTED")  # an H200 remaps rows; it retires no pages
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: int) -> int:
+        self._check(handle)
+        raise _error("NVML_ERROR_NOT_SUPPORTED")
+
+    def nvmlDeviceGetNvLinkState(self, handle: int, link: int) -> int:
+        self._check(handle)
+        raise _error("NVML_ERROR_NOT_SUPPORTED")  # the recording is of a PCIe card
+
+    # -- XID events ---------------------------------------------------------------------------
+
+    def inject_xid(self, gpu: int, xid: int) -> None:
+        """An XID now, as the driver would report it (tests, demos)."""
+        with self._events_lock:
+            self._injected.append((gpu, xid))
+
+    def nvmlEventSetCreate(self) -> str:
+        return "replay-event-set"
+
+    def nvmlDeviceRegisterEvents(self, handle: int, event_types: int, event_set: str) -> None:
+        self._check(handle)
+        if not event_types & pynvml.nvmlEventTypeXidCriticalError:
+            raise _error("NVML_ERROR_NOT_SUPPORTED")
+        self._registered.add(handle)
+
+    def nvmlEventSetFree(self, event_set: str) -> None:
+        pass
+
+    def nvmlEventSetWait_v2(self, event_set: str, timeout_ms: int) -> SimpleNamespace:
+        # Polls on the wall clock (the playback clock may be a test's): NVML blocks the same way.
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        while True:
+            event = self._next_event()
+            if event is not None:
+                gpu, xid = event
+                return SimpleNamespace(device=gpu, eventType=pynvml.nvmlEventTypeXidCriticalError, eventData=xid,
+                                       gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+            if time.monotonic() >= deadline:
+                raise _error("NVML_ERROR_TIMEOUT")
+            time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
+
+    def _next_event(self) -> tuple[int, int] | None:
+        with self._events_lock:
+            if self._injected:
+                return self._injected.pop(0)
+            if self._started is None:
+                return None
+            elapsed = self.clock() - self._started
+            while self._delivered < len(self.trace.events) and self.trace.events[self._delivered].t <= elapsed:
+                event = self.trace.events[self._delivered]
+                self._delivered += 1
+                if event.xid is not None and event.gpu in self._registered:
+                    return event.gpu, event.xid
+        return None
 
     def nvmlDeviceGetMigMode(self, handle: int) -> list[int]:
         self._check(handle)

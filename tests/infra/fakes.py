@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pynvml
 
-from monitor.infra.replay import ReplayNvml, Trace, load_trace
+from monitor.infra.replay import HealthEvent, ReplayNvml, Trace, load_trace
 from tests.conftest import FIXTURES
 
 TRACE_FILE = FIXTURES / "nvml_h200_trace.json"
@@ -145,3 +145,86 @@ class MigNvml(ReplayNvml):
 
     def nvmlDeviceGetUtilizationRates(self, handle: int) -> SimpleNamespace:
         raise nvml_error("NVML_ERROR_NOT_SUPPORTED")
+
+
+# -- GPU health ---------------------------------------------------------------------------------
+
+HEALTHY = (("ecc_uncorrected", 0.0), ("ecc_corrected", 0.0), ("remapped_correctable", 0.0),
+           ("remapped_uncorrectable", 0.0), ("remap_pending", 0.0), ("remap_failed", 0.0), ("pcie_replay", 0.0))
+
+
+def health_trace(*events: HealthEvent) -> Trace:
+    """The H200 recording with its health fields (all 0) and the given events."""
+    return replace(h200_trace(), health=HEALTHY, events=events)
+
+
+class FailingCalls(ReplayNvml):
+    """The listed calls raise the listed NVML error (by name)."""
+
+    def __init__(self, trace: Trace, clock: Callable[[], float], failing: dict[str, str]) -> None:
+        super().__init__(trace, clock)
+        self.failing = failing
+
+    def __getattribute__(self, name: str) -> Any:
+        failing = object.__getattribute__(self, "failing") if name != "failing" else {}
+        if name in failing:
+            def fail(*args: Any) -> Any:
+                raise nvml_error(failing[name])
+            return fail
+        return object.__getattribute__(self, name)
+
+
+class NvLinkNvml(ReplayNvml):
+    """An SXM board with LINKS NVLinks, link 2 down; per-link error counts in `link_errors`."""
+
+    LINKS = 4
+
+    def __init__(self, trace: Trace, clock: Callable[[], float]) -> None:
+        super().__init__(trace, clock)
+        self.link_errors: dict[tuple[int, int], int] = {}
+
+    def nvmlDeviceGetNvLinkState(self, handle: int, link: int) -> int:
+        self._check(handle)
+        if link >= self.LINKS:
+            raise nvml_error("NVML_ERROR_INVALID_ARGUMENT")
+        return int(pynvml.NVML_FEATURE_DISABLED if link == 2 else pynvml.NVML_FEATURE_ENABLED)
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, handle: int, link: int, counter: int) -> int:
+        self._check(handle)
+        return self.link_errors.get((link, counter), 0)
+
+
+class RetiringNvml(ReplayNvml):
+    """A Volta-like GPU: page retirement instead of row remapping (which answers NOT_SUPPORTED)."""
+
+    def __init__(self, trace: Trace, clock: Callable[[], float], sbe: int, dbe: int, pending: int) -> None:
+        super().__init__(trace, clock)
+        self.pages = {pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS: sbe,
+                      pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR: dbe}
+        self.pending = pending
+
+    def nvmlDeviceGetRetiredPages(self, handle: int, cause: int) -> list[int]:
+        self._check(handle)
+        return [0x7F0000 + 0x1000 * page for page in range(self.pages[cause])]
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: int) -> int:
+        self._check(handle)
+        return self.pending
+
+    def nvmlDeviceGetRemappedRows(self, handle: int) -> tuple[int, int, int, int]:
+        self._check(handle)
+        raise nvml_error("NVML_ERROR_NOT_SUPPORTED")
+
+
+class StuckEvents(ReplayNvml):
+    """nvmlEventSetWait_v2 blocks (a wedged driver) until `release` is set."""
+
+    def __init__(self, trace: Trace, clock: Callable[[], float]) -> None:
+        super().__init__(trace, clock)
+        self.release = threading.Event()
+        self.waiting = threading.Event()
+
+    def nvmlEventSetWait_v2(self, event_set: str, timeout_ms: int) -> SimpleNamespace:
+        self.waiting.set()
+        self.release.wait(60)  # a bound, so a broken test cannot keep a thread forever
+        raise nvml_error("NVML_ERROR_TIMEOUT")

@@ -133,7 +133,11 @@ def test_a_failed_scrape_takes_its_gpus_down(server: PageServer) -> None:
     assert value(after, "inference_monitor_collector_success", collector="infra", target="dcgm-a") == 0.0
     for gpu in ("0", "1"):
         assert value(after, "inference_gpu_up", **N1, gpu=gpu) == 0.0
-    assert names(after) == {"inference_gpu_up", "inference_gpu_info"}
+    # Identity and the XIDs counted stay; every reading goes. The page showed XID 31 on GPU 1 twice in
+    # the exporter's window (DCGM_EXP_XID_ERRORS_COUNT), which wins over its last-XID gauge.
+    assert names(after) == {"inference_gpu_up", "inference_gpu_info", "inference_gpu_xid_errors_total",
+                            "inference_gpu_xid_events"}
+    assert value(after, "inference_gpu_xid_errors_total", **N1, gpu="1", xid="31") == 2.0
 
 
 def test_old_hostname_label_and_no_hostname() -> None:
@@ -158,7 +162,9 @@ def test_every_legacy_name_has_a_base_unit_name() -> None:
     for field in DCGM_FIELDS:
         by_generation.setdefault(field.generation, set()).add(field.attribute)
         assert field.unit in TO_BASE
-    assert by_generation["4.8"] - by_generation["4.9"] == {"ecc_uncorrected_errors"}  # not renamed
+    # Not renamed by DCGM 4.7 (the same name in both generations' CSVs).
+    assert by_generation["4.8"] - by_generation["4.9"] == {"ecc_uncorrected_errors", "ecc_corrected_errors",
+                                                           "row_remap_pending"}
     assert all(f.unit == "base" for f in DCGM_FIELDS if f.generation == "4.9")
 
 
@@ -169,3 +175,39 @@ def test_a_gpu_that_vanishes_from_the_page_is_down(server: PageServer) -> None:
     assert value(after, "inference_gpu_up", **N1, gpu="1") == 0.0
     assert value(after, "inference_gpu_up", **N1, gpu="0") == 1.0
     assert not series(after, "inference_gpu_temperature_celsius", **N1, gpu="1")
+
+
+def test_health_fields_in_both_generations_names() -> None:
+    """DCGM 4.7 renamed the health fields (dcgm_fields.h 202, 230, 390-396, the NVLink totals);
+    dcgm-exporter's CSV keeps the old names. Either spelling gives the same reading; a field not on
+    the page stays None (absent), never 0."""
+    new = {"DCGM_FI_DEV_XID_ERROR": 79, "DCGM_FI_DEV_PCIE_REPLAY_TOTAL": 12,
+           "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL": 3, "DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL": 5,
+           "DCGM_FI_DEV_ROW_REMAP_FAILED": 1, "DCGM_FI_DEV_ROW_REMAP_PENDING": 0,
+           "DCGM_FI_DEV_PAGE_RETIRED_SBE_TOTAL": 2, "DCGM_FI_DEV_PAGE_RETIRED_DBE_TOTAL": 1,
+           "DCGM_FI_DEV_PAGE_RETIRED_PENDING": 1, "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_TOTAL": 7,
+           "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_TOTAL": 8, "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_TOTAL": 9,
+           "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_TOTAL": 10, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 4,
+           "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 6}
+    old = {"DCGM_FI_DEV_XID_ERRORS": 79, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 12,
+           "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 3, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 5,
+           "DCGM_FI_DEV_ROW_REMAP_FAILURE": 1, "DCGM_FI_DEV_ROW_REMAP_PENDING": 0,
+           "DCGM_FI_DEV_RETIRED_SBE": 2, "DCGM_FI_DEV_RETIRED_DBE": 1, "DCGM_FI_DEV_RETIRED_PENDING": 1,
+           "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": 7, "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": 8,
+           "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": 9, "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": 10,
+           "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 4, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 6}
+    readings = []
+    for spelling in (new, old):
+        text = "".join(f'{name}{{gpu="0",UUID="GPU-a",Hostname="n"}} {value}\n' for name, value in spelling.items())
+        (state,) = page_to_states(parse(text, WANTED), "t")
+        assert state.reading is not None
+        readings.append(state.reading)
+    assert readings[0] == readings[1]
+    r = readings[0]
+    assert (r.xid_last, r.pcie_replay_errors, r.row_remap_uncorrectable_rows,
+            r.row_remap_correctable_rows) == (79, 12, 3, 5)
+    assert (r.row_remap_failed, r.row_remap_pending, r.retired_pages, r.retired_pages_pending) == (1, 0, 3, 1)
+    assert (r.nvlink_crc_flit_errors, r.nvlink_crc_data_errors, r.nvlink_replay_errors,
+            r.nvlink_recovery_errors, r.ecc_corrected_errors, r.ecc_uncorrected_errors) == (7, 8, 9, 10, 4, 6)
+    (bare,) = page_to_states(parse('DCGM_FI_DEV_GPU_TEMP{gpu="0"} 40\n', WANTED), "t")
+    assert bare.reading is not None and bare.reading.row_remap_pending is None and bare.reading.xid_last is None

@@ -37,16 +37,25 @@ def test_every_reader_takes_the_table() -> None:
         assert all(metric in dcgm.WANTED for metric, _, _ in field.dcgm)
 
 
-@pytest.mark.parametrize("dropped", [f.attribute for f in fields.GPU_FIELDS])
+@pytest.mark.parametrize("dropped", [f.attribute for f in fields.GPU_FIELDS if f.nvml is not None])
 def test_a_field_out_of_the_table_is_read_by_no_one(dropped: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The NVML reader reads what the table lists and nothing else of the kind: with one entry
     taken out, that field is None on the same replayed GPU, and the others keep their values."""
-    class EccToo(ReplayNvml):  # the H200 trace has no ECC count (not recorded): this GPU has two
+    class EveryField(ReplayNvml):  # the H200 trace has no health fields (not recorded): this GPU has them all
         def nvmlDeviceGetTotalEccErrors(self, handle: int, error_type: int, counter_type: int) -> int:
             return 2
 
+        def nvmlDeviceGetRetiredPages(self, handle: int, cause: int) -> list[int]:
+            return [0x1000, 0x2000, 0x3000][:cause + 1]
+
+        def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: int) -> int:
+            return 1
+
+        def nvmlDeviceGetPcieReplayCounter(self, handle: int) -> int:
+            return 7
+
     trace = load_trace(FIXTURES / "nvml_h200_trace.json")
-    whole = NvmlBackend(EccToo(trace, clock=lambda: 0.0))
+    whole = NvmlBackend(EveryField(trace, clock=lambda: 0.0))
     whole.open()
     before = whole.read(0)
     kept = tuple(f for f in fields.GPU_FIELDS if f.attribute != dropped)

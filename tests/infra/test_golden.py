@@ -18,7 +18,8 @@ from tests.infra.conftest import infra_settings
 from tests.infra.fakes import TRACE_FILE, FakeClock
 
 GOLDEN = FIXTURES / "golden_infra.prom"
-PAGES = {"dcgm-48": "sample_dcgm.prom", "dcgm-49": "dcgm_4_9.prom"}
+PAGES = {"dcgm-48": "sample_dcgm.prom", "dcgm-49": "dcgm_4_9.prom",  # and the GPU health rows of both:
+         "dcgm-health": "dcgm_health.prom", "dcgm-v100": "dcgm_v100_health.prom"}
 WALL = 1_767_300_000.0
 
 
