@@ -8,12 +8,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from scipy import stats
 
+from monitor.quality.language import nonlanguage
 from monitor.quality.summary import LengthStats, QualitySummary
 
 # The screen catches the stock phrasings; the judge's flag catches the rest.
@@ -99,6 +100,12 @@ class Judged:
     reason: str | None = None  # the judge's reason (the rubric asks for one)
     response: str = ""  # the judged response (to tell a varied sample from a repeated one)
 
+    @classmethod
+    def of(cls, row: Any) -> Judged:
+        """A stored judgment (quality/store.py's QualityJudgment) as the checks see it."""
+        return cls(row.score, row.refusal, row.refusal_keyword, row.hallucination, row.error, row.length_tokens,
+                   row.cost_usd, row.input_tokens, row.judge_output_tokens, row.reason, row.response)
+
 
 # A run whose judge failed on more than this share of the sample, or judged (validly) fewer than
 # this share, is a failed run: no score. The same numbers as QualityJudgeFailing (alerts/quality.yml).
@@ -109,9 +116,11 @@ UNIFORM_MIN_VERDICTS = 3  # one verdict repeated over fewer than this may be cha
 
 def suspect_verdicts(judged: Sequence[Judged]) -> list[bool]:
     """Which verdicts say nothing about the model, per judgment: no reason (the rubric asks for one),
-    or one identical verdict (score, flags and reason) for a whole sample of different responses."""
+    a reason that is not language (`nonlanguage`), or one identical verdict (score, flags and
+    reason) for a whole sample of different responses."""
     answered = [i for i, j in enumerate(judged) if j.error is None and j.score is not None]
-    suspect = [j.error is None and j.score is not None and not (j.reason or "").strip() for j in judged]
+    suspect = [j.error is None and j.score is not None
+               and (not (j.reason or "").strip() or nonlanguage(j.reason or "")) for j in judged]
     verdicts = {(judged[i].score, judged[i].refusal, judged[i].hallucination, (judged[i].reason or "").strip())
                 for i in answered}
     responses = {judged[i].response for i in answered}
@@ -132,31 +141,43 @@ def run_failure(sampled: int, errors: int, judged: int) -> str | None:
     return None
 
 
+def counted_refusals(judged: Sequence[Judged], failed: bool) -> list[bool]:
+    """Which responses count as refused, per judgment: the keyword screen always; the judge's flag
+    where its verdict counts (not suspect, in a run that did not fail). The ratio and the report's
+    list of refused answers both read this, so they cannot disagree."""
+    suspect = suspect_verdicts(judged)
+    return [j.refusal_keyword or (bool(j.refusal) and not odd and not failed)
+            for j, odd in zip(judged, suspect, strict=True)]
+
+
 def summarise(judged: Sequence[Judged], baseline_lengths: Sequence[int], baseline: dict[str, float | None],
-              available: int, sample_size: int) -> QualitySummary:
+              available: int, sample_size: int, withheld: str | None = None) -> QualitySummary:
     """The run's numbers for one model (the API's per-model object, stored with the run).
 
     `baseline`: score_mean and refusal_ratio averaged over the baseline days' runs.
     Suspect verdicts (see `suspect_verdicts`) are not scored: neither their score nor their flags
     count. A failed run (`run_failure`) has no score at all; its lengths and keyword refusals,
-    which need no judge, still count, and so does the judge's cost.
+    which need no judge, still count, and so does the judge's cost. `withheld` (the judge failed
+    its known answers: calibration.py) fails the run too and withholds every refusal and
+    hallucination figure: no number of the model is left that an uncalibrated judge could move.
     """
     suspect = suspect_verdicts(judged)
     usable = [j for j, odd in zip(judged, suspect, strict=True) if not odd]
     errors = sum(1 for j in judged if j.error is not None)
     valid = [j for j in usable if j.error is None and j.score is not None]
-    failed = run_failure(len(judged), errors, len(valid))
+    judge_failed = run_failure(len(judged), errors, len(valid))
+    withheld = None if judge_failed else withheld  # a judge that failed outright failed its known answers too
+    failed = judge_failed or withheld
     scored = [] if failed else valid
     lengths = [j.length_tokens for j in judged]
-    refusals = sum(1 for j, odd in zip(judged, suspect, strict=True)
-                   if j.refusal_keyword or (bool(j.refusal) and not odd and not failed))
+    refusals = sum(counted_refusals(judged, failed is not None))
     hallucinations = sum(1 for j in scored if j.hallucination)
     score_mean = sum(j.score for j in scored if j.score is not None) / len(scored) if scored else None
-    refusal_ratio = refusals / len(judged) if judged else None
+    refusal_ratio = refusals / len(judged) if judged and not withheld else None
     low, high = wilson_interval(refusals, len(judged))
     base_mean_len = float(np.mean(baseline_lengths)) if len(baseline_lengths) else None
     mean_len = float(np.mean(lengths)) if lengths else None
-    return QualitySummary(
+    summary = QualitySummary(
         samples=len(scored),
         sampled=len(judged),
         available=available,
@@ -192,7 +213,13 @@ def summarise(judged: Sequence[Judged], baseline_lengths: Sequence[int], baselin
         judge_input_tokens=sum(j.input_tokens for j in judged),
         judge_output_tokens=sum(j.output_tokens for j in judged),
         judge_cost_usd=sum(j.cost_usd for j in judged),
+        nonlanguage_reasons=sum(1 for j in judged if j.error is None and j.score is not None
+                                and nonlanguage(j.reason or "")),
     )
+    if withheld:
+        summary = replace(summary, refusals=None, refusal_ratio_ci95=None, refusals_by_keyword=None,
+                          refusals_by_judge=None, refusal_baseline_ratio=None, uncalibrated=withheld)
+    return summary
 
 
 def _finite(value: float | None) -> float | None:

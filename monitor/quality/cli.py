@@ -16,9 +16,12 @@ if TYPE_CHECKING:  # the SDKs load only when a run is asked for: `infermon --hel
 quality_app = typer.Typer(help="The quality layer: LLM-judged samples, refusals, length drift.", no_args_is_help=True)
 
 
-def run_command(settings: Settings, date: str | None, models: list[str] | None, force: bool) -> int:
+def run_command(settings: Settings, date: str | None, models: list[str] | None, force: bool,
+                rejudge: bool = False) -> int:
     """Runs and prints the outcome; the exit status: 0 done, 1 failed (the run could not start,
-    or the judge failed on a model's run: too many judge errors, too few usable verdicts)."""
+    or the judge failed on a model's run: too many judge errors, too few usable verdicts, or it
+    disagreed with the known answers: uncalibrated). `rejudge`: the day's stored runs judged again
+    by today's judge (QualityRunner.rejudge) instead of a run from the sources."""
     import time
 
     from rich.console import Console
@@ -45,7 +48,8 @@ def run_command(settings: Settings, date: str | None, models: list[str] | None, 
                     tasks[model] = bar.add_task(f"judging {model}", total=total)
                 bar.update(tasks[model], completed=done)
 
-            report = asyncio.run(runner.run(day, models=models, force=force, progress=progress))
+            work = runner.rejudge(day, models, progress) if rejudge else runner.run(day, models, force, progress)
+            report = asyncio.run(work)
     except QualityRunError as exc:
         console.print(f"[red]quality run failed:[/red] {exc}")
         return 1
@@ -61,7 +65,8 @@ def _print_report(report: RunReport) -> None:
     if not report.outcomes:
         typer.echo(f"{report.date}: no responses from any source, nothing to judge")
     for o in report.outcomes:
-        detail = f"{o.sampled} sampled of {o.available}, {o.judge_errors} judge errors, ${o.cost_usd:.4f}"
+        cost = f"${o.cost_usd:.4f}" if o.priced else "judge unpriced (set quality.judge.usd_per_million_*_tokens)"
+        detail = f"{o.sampled} sampled of {o.available}, {o.judge_errors} judge errors, {cost}"
         if o.suspect_verdicts:
             detail += f", {o.suspect_verdicts} suspect verdicts (not scored)"
         if o.status in ("skipped", "empty"):
@@ -69,6 +74,11 @@ def _print_report(report: RunReport) -> None:
         elif o.note:
             detail += f" ({o.note})"
         typer.echo(f"{report.date} {o.model}: {o.status}: {detail}")
+        if o.calibration and o.calibration != o.failed:
+            typer.echo(f"{report.date} {o.model}: {o.calibration}")
+        if o.judge_changed:
+            typer.secho(f"{report.date} {o.model}: {o.judge_changed}: the score is not compared with the baseline "
+                        "days (re-judge them with today's judge)", err=True, fg=typer.colors.YELLOW)
         if o.failed:
             typer.secho(f"{report.date} {o.model}: FAILED: {o.failed}: the run has no score", err=True,
                         fg=typer.colors.RED)
@@ -93,6 +103,20 @@ def register(app: typer.Typer, settings_loader: object) -> None:
         if date is not None:
             _check_date(date)
         raise typer.Exit(run_command(settings, date, model, force))
+
+    @quality_app.command("rejudge")
+    def rejudge(
+        date: Annotated[str, typer.Option(help="Past day whose stored runs to judge again, YYYY-MM-DD")],
+        config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML configuration file")] = None,
+        model: Annotated[list[str] | None, typer.Option(help="Only this model (repeatable)")] = None,
+    ) -> None:
+        """Judge a past day's stored samples again with today's judge (after the judge changed: like for like).
+
+        Costs one judge call per stored sample and known answer of each run of that day."""
+        settings = settings_loader(config)  # type: ignore[operator]
+        logging.basicConfig(level="WARNING", format="%(levelname)s %(name)s: %(message)s")
+        _check_date(date)
+        raise typer.Exit(run_command(settings, date, model, False, rejudge=True))
 
     app.add_typer(quality_app, name="quality")
 

@@ -20,10 +20,12 @@ API key is replaced by `<secret>` in anything a judge's answer puts in an error 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import random
 import re
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +51,11 @@ __all__ = ["Judge", "JudgeInput", "UnparseableAnswer", "build_prompt", "parse_an
 
 log = logging.getLogger("monitor.quality.judge")
 
-RUBRIC = Template((Path(__file__).parent.parent / "data" / "judge_rubric.md").read_text())
+RUBRIC_TEXT = (Path(__file__).parent.parent / "data" / "judge_rubric.md").read_text()
+RUBRIC = Template(RUBRIC_TEXT)
+# Bumped by hand when the rubric's meaning changes (the template hash changes with any edit).
+RUBRIC_VERSION = "1"
+TEMPLATE_SHA256 = hashlib.sha256(RUBRIC_TEXT.encode()).hexdigest()[:16]
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -118,6 +124,8 @@ class Judge:
         self.sleep = sleep
         self.calls = 0  # HTTP calls made (a benchmark and the tests read it)
         self.usage_capped = 0  # answers whose usage was capped or ignored in the cost
+        # What the answers say judged them: (`model`, `system_fingerprint`) -> answers (JudgeIdentity)
+        self.answered_by: Counter[tuple[str | None, str | None]] = Counter()
 
     async def judge(self, item: JudgeInput) -> Verdict:
         usage = [0, 0]
@@ -212,6 +220,7 @@ class Judge:
                                                                self.settings.max_tokens)
         usage[0] += prompt_tokens
         usage[1] += completion_tokens
+        self.answered_by[(_short(data.get("model")), _short(data.get("system_fingerprint")))] += 1
         if notes:
             self._note_usage(notes)
         return answer_text(data, content_type)
@@ -245,8 +254,23 @@ class Judge:
             return self.scrub(str(inner["message"]))[:300]
         return self.scrub(str(exc.message))[:300]
 
+    async def endpoint_models(self) -> list[str] | None:
+        """The model ids the endpoint lists (GET /v1/models); None where it does not say (bounded, never fatal)."""
+        try:
+            async with asyncio.timeout(self.settings.timeout.seconds):
+                page = await self.client.models.list()
+            return [_short(m.id) or "" for m in page.data][:20]
+        except Exception as exc:  # an endpoint without the route, or one that answers junk: unknown, not an error
+            log.info("judge %s: GET /models said nothing usable: %s", self.settings.model,
+                     self.scrub(str(exc))[:200])
+            return None
+
     async def aclose(self) -> None:
         await finish(self.client.close())  # a run cancelled as it ends must still close every connection
+
+
+def _short(value: Any) -> str | None:
+    return str(value)[:200] if isinstance(value, str) and value else None
 
 
 def parse_answer(content: str) -> tuple[int, bool, bool, str]:

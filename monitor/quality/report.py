@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from monitor.quality.calibration import expected, is_gold
+from monitor.quality.checks import Judged, counted_refusals
 from monitor.quality.store import QualityJudgment, QualityRun
 from monitor.quality.summary import QualitySummary
 from monitor.rulefiles.rules import RulesError, resolve
@@ -106,6 +108,8 @@ def render_report(date: str, models: Sequence[ModelReport], dates: Sequence[str]
 
 def _model_section(model: ModelReport, rules: Sequence[RuleThreshold]) -> str:
     s = model.summary
+    samples = [j for j in model.judgments if not is_gold(j.sample_key)]
+    gold = [j for j in model.judgments if is_gold(j.sample_key)]
 
     def fires(metric: str, value: float | None) -> bool:
         return value is not None and any(r.fires(value) for r in rules if r.metric == metric)
@@ -125,31 +129,88 @@ def _model_section(model: ModelReport, rules: Sequence[RuleThreshold]) -> str:
          fires("inference_quality_output_length_mean_change_ratio", s.output_length_mean_change_ratio)),
         ("judge errors", str(s.judge_errors or 0), bool(s.judge_errors)),
         ("suspect verdicts", str(s.suspect_verdicts or 0), bool(s.suspect_verdicts)),
-        ("judge cost", f"${s.judge_cost_usd or 0.0:.4f}", False),
+        ("judge cost", "unpriced" if s.judge_priced is False else f"${s.judge_cost_usd or 0.0:.4f}", False),
     ]
+    if s.calibration_items:
+        cards.append(("judge κ on known answers", _num(s.calibration_kappa, 2), bool(s.uncalibrated)))
     html = [f"<h2>{escape(model.run.model)}</h2>"]
     if s.failed:
         html.append(f'<p class="card bad">FAILED: {escape(str(s.failed))}: the run has no score; '
                     "its numbers are the judge's failure, not the model's quality.</p>")
+    if s.judge_changed:
+        html.append(f'<p class="card bad">{escape(str(s.judge_changed))}: today\'s score is not compared with the '
+                    "baseline days; re-judge them with today's judge to compare like for like.</p>")
+    html.append(_judge_line(s))
     html.append('<div class="cards">')
     html += [f'<div class="card{" bad" if bad else ""}">{escape(label)}<b>{escape(value)}</b></div>'
              for label, value, bad in cards]
     html.append("</div>")
     if s.note:
         html.append(f'<p class="muted">{escape(str(s.note))}</p>')
-    lengths = [j.length_tokens for j in model.judgments]
+    lengths = [j.length_tokens for j in samples]
     html.append('<div class="charts">')
     html.append(_score_chart(s.score_histogram or {}))
     html.append(_length_chart(lengths, list(model.baseline_lengths)))
     html.append("</div>")
-    judged = [j for j in model.judgments if j.score is not None]
+    judged = [j for j in samples if j.score is not None]
     html.append(_table("Lowest scored", sorted(judged, key=lambda j: (j.score or 0, j.id))[:WORST]))
-    html.append(_table("Refused", [j for j in model.judgments if j.refusal or j.refusal_keyword][:WORST]))
-    html.append(_table("Hallucinated", [j for j in model.judgments if j.hallucination][:WORST]))
-    errors = [j for j in model.judgments if j.error]
+    if s.uncalibrated:
+        html.append('<h3>Refused</h3><p class="muted">withheld: the judge is uncalibrated</p>')
+    else:  # the answers the refusal ratio counted, no others (checks.counted_refusals)
+        counted = counted_refusals([Judged.of(j) for j in samples], s.failed is not None)
+        html.append(_table("Refused", [j for j, refused in zip(samples, counted, strict=True) if refused][:WORST]))
+    html.append(_table("Hallucinated", [j for j in samples if j.hallucination][:WORST]))
+    if gold:
+        html.append(_gold_table(gold))
+    errors = [j for j in samples if j.error]
     if errors:
         html.append(_table("Judge errors", errors[:WORST]))
     return "".join(html)
+
+
+def _judge_line(s: QualitySummary) -> str:
+    """What judged the run, and how it did on the known answers."""
+    if not s.has("judge_model"):
+        return ""  # a run stored before the judge was recorded
+    said = [f"judge {s.judge_model}"]
+    for label, value in (("endpoint lists", s.judge_endpoint_model), ("answers say", s.judge_response_model),
+                         ("fingerprint", s.judge_fingerprint)):
+        if value:
+            said.append(f"{label} {value}")
+    said.append(f"template {s.judge_template_sha256}, rubric v{s.judge_rubric_version}")
+    if s.calibration_items and not s.uncalibrated:
+        said.append(f"κ {_num(s.calibration_kappa, 2)}, exact {_pct(s.calibration_exact_ratio)}, within 1 "
+                    f"{_pct(s.calibration_within_one_ratio)}, refusal flag {_pct(s.calibration_refusal_agreement)}, "
+                    f"hallucination flag {_pct(s.calibration_hallucination_agreement)} on "
+                    f"{s.calibration_answered} known answers (mean difference "
+                    f"{_num(s.calibration_bias, 2, signed=True)})")
+    elif not s.calibration_items:
+        said.append("no known answers judged (calibration off)")
+    return f'<p class="muted">{escape("; ".join(said))}</p>'
+
+
+def _gold_table(rows: Sequence[QualityJudgment]) -> str:
+    """The known answers the judge got wrong: more than a point off, or a flag that disagrees."""
+    wrong = []
+    for row in rows:
+        score, refusal, hallucination = expected(row.sample_key)
+        off = row.score is None or abs(row.score - score) > 1
+        flags = (refusal is not None and bool(row.refusal) != refusal) or (
+            hallucination is not None and bool(row.hallucination) != hallucination)
+        if off or flags:
+            wrong.append((row, score))
+    title = f"Known answers the judge got wrong ({len(wrong)} of {len(rows)})"
+    if not wrong:
+        return f'<h3>{escape(title)}</h3><p class="muted">none</p>'
+    out = [f"<h3>{escape(title)}</h3><table><tr><th>expected / given</th><th>prompt</th><th>response</th>"
+           "<th>judge's reason</th></tr>"]
+    for row, score in wrong[:WORST]:
+        given = "error" if row.error else str(row.score)
+        out.append(f"<tr><td>{score} / {given}</td><td><div class=\"text\">{escape(row.prompt[:600])}</div></td>"
+                   f"<td><div class=\"text\">{escape(row.response[:1200])}</div></td>"
+                   f"<td><div class=\"text\">{escape(row.error or row.reason or '')}</div></td></tr>")
+    out.append("</table>")
+    return "".join(out)
 
 
 def _score_chart(histogram: Mapping[str, int]) -> str:

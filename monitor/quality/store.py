@@ -12,12 +12,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint, delete, func, select
+from sqlalchemy import Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint, delete, func, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column
 from sqlalchemy.pool import StaticPool
 
+from monitor.quality.calibration import GOLD_PREFIX
 from monitor.quality.sample import Sample
 from monitor.store.models import Base
 
@@ -151,6 +152,17 @@ class QualityStore:
             session.add_all(QualityJudgment(run_id=run.id, **row) for row in rows)
             return run.id
 
+    def reset_run(self, run_id: int, gold_rows: Sequence[dict[str, Any]], started: float) -> None:
+        """A run to be judged again: its samples pending, its known answers replaced, no summary."""
+        with Session(self.engine) as session, session.begin():
+            session.execute(delete(QualityJudgment).where(QualityJudgment.run_id == run_id, ~_not_gold()))
+            session.execute(update(QualityJudgment).where(QualityJudgment.run_id == run_id).values(
+                judged_at=None, score=None, refusal=None, hallucination=None, reason=None, error=None, attempts=0,
+                input_tokens=0, judge_output_tokens=0, cost_usd=0.0))
+            session.add_all(QualityJudgment(run_id=run_id, **row) for row in gold_rows)
+            run = session.get_one(QualityRun, run_id)
+            run.status, run.started, run.finished, run.summary = "running", started, None, None
+
     def pending(self, run_id: int) -> list[QualityJudgment]:
         with Session(self.engine, expire_on_commit=False) as session:
             query = select(QualityJudgment).where(QualityJudgment.run_id == run_id, QualityJudgment.judged_at.is_(None))
@@ -166,9 +178,9 @@ class QualityStore:
             row.cost_usd = verdict.cost_usd
 
     def progress(self, run_id: int) -> tuple[int, int]:
-        """(judged, sampled) of a run."""
+        """(judged, sampled) of a run: the model's samples (the judge's known answers are not)."""
         query = select(func.count(QualityJudgment.judged_at), func.count(QualityJudgment.id)).where(
-            QualityJudgment.run_id == run_id)
+            QualityJudgment.run_id == run_id, _not_gold())
         with Session(self.engine) as session:
             judged, sampled = session.execute(query).one()
             return int(judged), int(sampled)
@@ -202,7 +214,8 @@ class QualityStore:
         query = (
             select(QualityJudgment.length_tokens)
             .join(QualityRun, QualityRun.id == QualityJudgment.run_id)
-            .where(QualityRun.model == model, QualityRun.date.in_(list(dates)), QualityRun.status == "done")
+            .where(QualityRun.model == model, QualityRun.date.in_(list(dates)), QualityRun.status == "done",
+                   _not_gold())
         )
         with Session(self.engine) as session:
             return list(session.scalars(query))
@@ -210,6 +223,11 @@ class QualityStore:
     def total_judge_cost(self) -> float:
         with Session(self.engine) as session:
             return float(session.scalar(select(func.coalesce(func.sum(QualityJudgment.cost_usd), 0.0))) or 0.0)
+
+
+def _not_gold() -> Any:
+    """The model's own judgments: not the known answers judged among them (calibration.py)."""
+    return ~QualityJudgment.sample_key.startswith(GOLD_PREFIX, autoescape=True)
 
 
 def _sample_row(sample: Sample) -> QualitySample:

@@ -76,6 +76,27 @@ class QualitySummary:
     judge_input_tokens: int | None = None
     judge_output_tokens: int | None = None
     judge_cost_usd: float | None = None
+    judge_priced: bool | None = None  # False: no per-token price configured, the cost is not counted
+    # Verdicts whose reason is not language (symbols, no words in any script): counted in suspect_verdicts.
+    nonlanguage_reasons: int | None = gauge("inference_quality_judge_nonlanguage_reasons")
+    # The judge on known answers (calibration.py), judged blind among the samples, never counted above.
+    calibration_items: int | None = None
+    calibration_answered: int | None = None
+    calibration_exact_ratio: float | None = None
+    calibration_within_one_ratio: float | None = None
+    calibration_kappa: float | None = None
+    calibration_refusal_agreement: float | None = None
+    calibration_hallucination_agreement: float | None = None
+    calibration_bias: float | None = None  # mean (judge - expected) score: negative is a harsher judge
+    uncalibrated: str | None = None  # why the verdicts are not the model's (then `failed` says it too)
+    judge_changed: str | None = None  # what changed in the judge since the baseline days (no baseline delta)
+    # What judged the run: configured model, what /v1/models and the answers say, the rubric.
+    judge_model: str | None = None
+    judge_endpoint_model: str | None = None
+    judge_response_model: str | None = None
+    judge_fingerprint: str | None = None
+    judge_template_sha256: str | None = None
+    judge_rubric_version: str | None = None
     # Set by the run around the checks: how far its baseline days were covered, and its note.
     baseline_days_covered: int | None = None
     baseline_days: int | None = None

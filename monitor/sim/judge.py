@@ -3,15 +3,22 @@
 For the demo and the benchmark: it answers the quality layer's rubric prompt in the real wire
 format (a `chat.completion` object with usage), deterministically from the response text —
 stock refusals get 1 and the refusal flag, the rest a hash-drawn score centred near 4, about
-one in forty is flagged as hallucinated. `latency_s` makes each call take that long; while
-`failing()` is true every call is refused as a judge that does not take the request (HTTP 400).
+one in forty is flagged as hallucinated. The shipped gold set's known answers
+(monitor/data/judge_gold.jsonl) get their known verdicts: the simulator plays an honest judge,
+which the quality layer's calibration then passes. `mode` plays a judge gone wrong: `random`
+(well-formed verdicts, fluent reasons, random scores and flags), `harsh` (every honest score one
+lower), `gibberish` (honest scores, reasons that are not language). `latency_s` makes each call
+take that long; while `failing()` is true every call is refused as a judge that does not take
+the request (HTTP 400).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
+import random
 import re
 import time
 from collections.abc import Callable
@@ -21,6 +28,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.requests import ClientDisconnect
 
+from monitor.quality.calibration import SHIPPED_GOLD, GoldItem, load_gold
 from monitor.quality.checks import estimate_tokens, refusal_keyword
 
 SIM_JUDGE_MODEL = "judge-simulator"
@@ -36,7 +44,36 @@ _REASONS = {
 }
 
 
-def simulated_verdict(response: str) -> dict[str, Any]:
+JUDGE_MODES = ("honest", "random", "harsh", "gibberish")
+_GIBBERISH = "rltu& smno3atid woc p4U0 ~~kq#z xv7&"
+
+
+@functools.cache
+def _known() -> dict[str, GoldItem]:
+    return {item.response: item for item in load_gold(SHIPPED_GOLD)}
+
+
+def simulated_verdict(response: str, mode: str = "honest", rng: random.Random | None = None) -> dict[str, Any]:
+    """The simulator's verdict on one response, as `mode` plays the judge."""
+    verdict = _honest(response)
+    if mode == "random":
+        rng = rng or random.Random()
+        score = rng.randint(1, 5)
+        return {"score": score, "refusal": rng.random() < 0.5, "hallucination": rng.random() < 0.5,
+                "reason": f"(simulated) {_REASONS[score]}"}
+    if mode == "harsh":
+        score = max(1, verdict["score"] - 1)
+        return {**verdict, "score": score, "reason": f"(simulated) {_REASONS[score]}"}
+    if mode == "gibberish":
+        return {**verdict, "reason": _GIBBERISH}
+    return verdict
+
+
+def _honest(response: str) -> dict[str, Any]:
+    known = _known().get(response)
+    if known is not None:
+        return {"score": known.score, "refusal": bool(known.refusal), "hallucination": bool(known.hallucination),
+                "reason": f"(simulated) {_REASONS[known.score]}"}
     if refusal_keyword(response):
         return {"score": 1, "refusal": True, "hallucination": False, "reason": "The response refuses the request."}
     digest = int.from_bytes(hashlib.sha256(response.encode()).digest()[:8], "big")
@@ -49,9 +86,12 @@ def simulated_verdict(response: str) -> dict[str, Any]:
     return {"score": score, "refusal": False, "hallucination": hallucination, "reason": f"(simulated) {reason}"}
 
 
-def create_judge_app(latency_s: float = 0.0, failing: Callable[[], bool] = lambda: False) -> FastAPI:
+def create_judge_app(latency_s: float = 0.0, failing: Callable[[], bool] = lambda: False,
+                     mode: Callable[[], str] = lambda: "honest") -> FastAPI:
+    """`mode()` is read on every call: a scenario can swap the judge while it runs."""
     app = FastAPI(title="LLM judge SIMULATOR (inference-monitor)")
     app.state.calls = 0
+    rng = random.Random(5)
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(request: Request) -> dict[str, Any] | Response:
@@ -67,7 +107,8 @@ def create_judge_app(latency_s: float = 0.0, failing: Callable[[], bool] = lambd
             await asyncio.sleep(latency_s)
         prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
         match = _RESPONSE.search(prompt)
-        content = json.dumps(simulated_verdict(match.group(1) if match else prompt), ensure_ascii=False)
+        verdict = simulated_verdict(match.group(1) if match else prompt, mode(), rng)
+        content = json.dumps(verdict, ensure_ascii=False)
         return {
             "id": f"chatcmpl-sim-{app.state.calls}", "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model", SIM_JUDGE_MODEL),
@@ -93,9 +134,10 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8100)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds each call takes")
+    parser.add_argument("--mode", choices=JUDGE_MODES, default="honest", help="the judge it plays")
     args = parser.parse_args()
-    uvicorn.run(create_judge_app(args.latency), host=args.host, port=args.port, log_level="warning",
-                access_log=False)
+    uvicorn.run(create_judge_app(args.latency, mode=lambda: args.mode), host=args.host, port=args.port,
+                log_level="warning", access_log=False)
 
 
 if __name__ == "__main__":

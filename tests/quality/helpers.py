@@ -20,6 +20,12 @@ def quality_settings(tmp_path: Path, judge_url: str, url: str | None = None, **q
                   "max_retries": 1},
     }
     section.update(quality)
+    # The tests of one behaviour count judge calls: the known answers (calibration.py) are judged in
+    # the tests that are about them. Prices as a hosted judge's, so the cost is a number to check.
+    judge = section["judge"] = dict(section["judge"])
+    judge.setdefault("calibration", "off")
+    judge.setdefault("usd_per_million_input_tokens", 1.25)
+    judge.setdefault("usd_per_million_output_tokens", 10.0)
     return load_settings(None, {
         "storage": {"url": url or f"sqlite:///{tmp_path / 'quality.db'}"},
         "infra": {"nvml": {"enabled": "false"}},

@@ -4,7 +4,10 @@ Each call takes the next behaviour from `script` (then `default`): good | malfor
 text | 429 | 500 | hang | reject_schema | reject_temperature | bad_model | reject_samplers (a 400
 to a structured request that never names response_format) | reject_max_tokens | unfinished
 (JSON cut at max_tokens, finish_reason `length`) | junk (schema-valid: score 1, no reason) |
-same (one fixed verdict with a reason, whatever the response).
+same (one fixed verdict with a reason, whatever the response) | random (well-formed verdicts,
+fluent reasons, random scores and flags) | harsh (every honest score one lower) | gibberish
+(honest scores, reasons that are not language). `known` (response -> verdict) makes the honest
+judge know a held-out gold set's answers as the simulator knows the shipped set's.
 Hostile answers (#48 item 4): drip (a byte every `drip_s`, never ending) | huge (a good answer
 padded to `huge_bytes`, chunked) | huge_length (the same with a Content-Length) | gzip_bomb (the
 same gzipped, whatever was asked) | text_plain | html | not_json | wrong_shape | echo_auth (the
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import random
 import threading
 import time
 from collections import deque
@@ -27,7 +31,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from monitor.sim.judge import _RESPONSE, simulated_verdict
+from monitor.sim.judge import _RESPONSE, JUDGE_MODES, simulated_verdict
 from tests.appserver import serve_asgi
 
 
@@ -45,6 +49,11 @@ class JudgeScript:
         self.echo_padding = ""  # before the echoed header: puts the key across an excerpt's end
         self.usage: dict[str, Any] = {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050}
         self.stop = threading.Event()  # set as the server stops: endless answers end
+        self.known: dict[str, dict[str, Any]] = {}
+        self.rng = random.Random(3)
+        self.models: list[str] | None = None  # GET /v1/models lists these (None: 404)
+        self.fingerprint: str | None = None  # the answers' system_fingerprint
+        self.next_day: list[str] = []  # behaviours a test queues for a later run
 
     @property
     def calls(self) -> int:
@@ -88,7 +97,15 @@ def judge_app(script: JudgeScript) -> FastAPI:
             return JSONResponse({"error": {"message": "response_format json_schema is not supported"}}, 400)
         prompt = body["messages"][0]["content"]
         match = _RESPONSE.search(prompt)
-        verdict = simulated_verdict(match.group(1) if match else prompt)
+        response = match.group(1) if match else prompt
+        mode = behaviour if behaviour in JUDGE_MODES else "honest"
+        verdict = script.known.get(response) or simulated_verdict(response)
+        if mode != "honest":
+            honest = script.known.get(response)
+            verdict = simulated_verdict(response, mode, script.rng)
+            if honest is not None and mode in ("harsh", "gibberish"):
+                verdict = {**honest, "score": max(1, honest["score"] - 1) if mode == "harsh" else honest["score"],
+                           "reason": verdict["reason"]}
         content = {
             "malformed": '{"score": 4, "refusal": fal',
             "fenced": "Here is my evaluation:\n```json\n" + json.dumps(verdict) + "\n```",
@@ -103,7 +120,16 @@ def judge_app(script: JudgeScript) -> FastAPI:
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}],
             "usage": script.usage,
         }
+        if script.fingerprint:
+            completion["system_fingerprint"] = script.fingerprint
         return hostile(script, behaviour, request, completion) or JSONResponse(completion)
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        if script.models is None:
+            return JSONResponse({"error": {"message": "Not Found"}}, 404)
+        return JSONResponse({"object": "list", "data": [{"id": m, "object": "model", "owned_by": "test"}
+                                                         for m in script.models]})
 
     return app
 

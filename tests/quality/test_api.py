@@ -106,7 +106,7 @@ def test_ingest_run_and_serve(tmp_path: Path) -> None:
     # No e-mail address reached the judge or the database.
     assert script.calls == 13
     assert not any(EMAIL.search(b["messages"][0]["content"]) for b in script.bodies)
-    assert "[REDACTED:email]" in script.bodies[0]["messages"][0]["content"]
+    assert any("[REDACTED:email]" in b["messages"][0]["content"] for b in script.bodies)  # (judged in a drawn order)
     database = Path(settings.storage.url.removeprefix("sqlite:///"))
     with sqlite3.connect(database) as connection:
         dump = "\n".join(connection.iterdump())

@@ -11,12 +11,14 @@ from monitor.quality.judge import Judge, JudgeInput, UnparseableAnswer, parse_an
 from monitor.quality.store import Verdict
 from tests.quality.judgeserver import JudgeScript, judge_server
 
+PRICES = {"usd_per_million_input_tokens": 1.25, "usd_per_million_output_tokens": 10.0}  # a hosted judge's
+
 ITEM = JudgeInput(prompt="What is the capital of France?", response="The capital of France is Paris, on the Seine.")
 
 
 def judge_once(script: JudgeScript, item: JudgeInput = ITEM, **settings: object) -> tuple[Verdict, int]:
     with judge_server(script) as url:
-        config = JudgeSettings(base_url=url, model="judge-test", **settings)  # type: ignore[arg-type]
+        config = JudgeSettings(base_url=url, model="judge-test", **{**PRICES, **settings})  # type: ignore[arg-type]
 
         async def run() -> tuple[Verdict, int]:
             judge = Judge(config, "test-key", backoff_s=0.01)

@@ -28,11 +28,13 @@ ITEM = JudgeInput(prompt="What is the capital of France?", response="The capital
 KEY = "sk-test-do-not-leak-0123456789abcdef"
 OUTER_S = 15.0  # far above what a bounded judge takes here; what an unbounded one never meets
 
+PRICES = {"usd_per_million_input_tokens": 1.25, "usd_per_million_output_tokens": 10.0}  # a hosted judge's
+
 
 def judge_within(script: JudgeScript, **settings: Any) -> tuple[Verdict, int, float]:
     """(verdict, HTTP calls, seconds) of one judgement, failing the test past OUTER_S."""
     with judge_server(script) as url:
-        config = JudgeSettings(base_url=url, model="judge-test", **settings)
+        config = JudgeSettings(base_url=url, model="judge-test", **{**PRICES, **settings})
 
         async def run() -> tuple[Verdict, int, float]:
             judge = Judge(config, KEY, backoff_s=0.01)

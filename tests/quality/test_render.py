@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import subprocess
+from dataclasses import replace
 
 from monitor.catalog import CATALOG
 from monitor.exporter import make_registry, render_text
@@ -22,6 +23,9 @@ def view() -> QualityView:
     judged = [Judged(4, False, False, False, None, 100 + i, reason="fine", response=f"r{i}") for i in range(9)] + [
         Judged(1, True, True, True, None, 20, reason="refused", response="no")]
     summary = summarise(judged, [90, 100, 110, 120], {"score_mean": 4.0, "refusal_ratio": 0.0}, 10, 100)
+    summary = replace(summary, calibration_items=42, calibration_answered=41, calibration_exact_ratio=0.8,
+                      calibration_within_one_ratio=1.0, calibration_kappa=0.9, calibration_refusal_agreement=1.0,
+                      calibration_hallucination_agreement=0.95, calibration_bias=-0.1, judge_model="judge-x")
     return QualityView({"qwen3-8b": ModelResult("2026-11-29", 1_000.0, summary)}, judge_cost_usd_total=0.25)
 
 

@@ -17,7 +17,11 @@ KEYS = [
     "hallucination_ratio", "output_tokens", "baseline_output_tokens", "output_length_mean_change_ratio", "psi",
     "ks_pvalue", "baseline_score_mean", "score_baseline_delta", "baseline_refusal_ratio", "refusal_baseline_ratio",
     "judge_errors", "judge_error_ratio", "judged_ratio", "suspect_verdicts", "failed", "judge_input_tokens",
-    "judge_output_tokens", "judge_cost_usd", "baseline_days_covered", "baseline_days", "baseline", "note",
+    "judge_output_tokens", "judge_cost_usd", "judge_priced", "nonlanguage_reasons", "calibration_items",
+    "calibration_answered", "calibration_exact_ratio", "calibration_within_one_ratio", "calibration_kappa",
+    "calibration_refusal_agreement", "calibration_hallucination_agreement", "calibration_bias", "uncalibrated",
+    "judge_changed", "judge_model", "judge_endpoint_model", "judge_response_model", "judge_fingerprint",
+    "judge_template_sha256", "judge_rubric_version", "baseline_days_covered", "baseline_days", "baseline", "note",
 ]
 # A run stored before the judge-failure fields and the baseline coverage existed.
 OLD_RUN = ('{"samples": 3, "sampled": 3, "available": 3, "sample_size": 100, "short_of_sample_size": 97, '
