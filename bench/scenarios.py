@@ -26,18 +26,21 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 import httpx
 import uvicorn
+from sqlalchemy import delete
+from sqlalchemy.orm import Session
 
 from monitor.alerting.model import Alert
 from monitor.demo import DEMO_MAX_NUM_SEQS, DEMO_RPS, demo_settings, gpu_follows_the_cycle
 from monitor.infra.replay import ReplayNvml
 from monitor.quality.sampling import today
+from monitor.quality.store import QualitySample
 from monitor.runtime import Monitor
 from monitor.sim import EngineConfig, SimServer, SimulatedEngine
 from monitor.sim.demo_cycle import demo_rules, scheduled_load
@@ -48,7 +51,10 @@ from monitor.sim.quality_feed import simulated_history
 from monitor.sim.server import InLoopServer, serve_in_loop
 
 # What a scenario can break: the simulator's own faults, and two it cannot show itself.
-Fault = tuple[FaultKind | Literal["gpu_lost", "judge_failing"], float]
+Fault = tuple[FaultKind | Literal["gpu_lost", "judge_failing", "gpu_memory_error", "judge_random", "judge_harsh",
+                                  "answers_degraded"], float]
+# The faults of the quality layer: their worlds run the judge simulator and a quality run.
+JUDGE_FAULTS = ("judge_failing", "judge_random", "judge_harsh", "answers_degraded")
 
 SCRAPE_S = 5.0  # monitor seconds between collection cycles: the demo's scrape interval (the test's is 15)
 # A demo slot's fault; give up on the alert after FAULT_MAX_S. A queue builds in the simulator's real
@@ -167,10 +173,28 @@ SCENARIOS: tuple[Scenario, ...] = (
              world=IDLE_GPU),
     Scenario("judge_failing", "every judge call answers HTTP 400; today's run is redone",
              (("judge_failing", 1.0),), "QualityJudgeFailing", "judge_failing"),
+    # A judge that answers every call well-formed, with fluent reasons and random scores: only the
+    # known answers judged among the samples can tell (#42). The run has no model figure to alert on.
+    Scenario("judge_random", "the judge's scores turn random (fluent reasons); today's run is redone",
+             (("judge_random", 1.0),), "QualityJudgeUncalibrated", "judge_failing"),
+    # The judge swapped for a harsher one (every score one lower), the model's answers as the
+    # baseline day's: the score falls with the judge, which is what the alert must say.
+    Scenario("judge_harsh", "today's judge scores one point lower than the baseline day's; the model unchanged",
+             (("judge_harsh", 1.0),), "QualityJudgeChanged", "judge_changed"),
+    # The honest judge, and the model really worse: most of today's answers a few words long. The
+    # model's alert, with the model's cause (its answers' length moved), as before calibration.
+    Scenario("answers_degraded", "four in five of today's answers are a few words long; the judge honest",
+             (("answers_degraded", 0.8),), "QualityScoreBelowBaseline", "length_changed",
+             allow=frozenset({"QualityScoreLow", "QualityOutputLengthDrift", "QualityOutputLengthMeanShift"})),
     Scenario("engine_unrecognised", "the page answers 200 with families no engine table knows",
              (("engine_unrecognised", 1.0),), "TargetEngineUnrecognized", "engine_unrecognised"),
     Scenario("gpu_lost", "the target's GPU answers NVML_ERROR_GPU_IS_LOST",
              (("gpu_lost", 1.0),), "GPUDown", "gpu_lost"),
+    # XID 48 through NVML's event API, an uncorrectable ECC error and the row remap it left pending;
+    # the clear is the GPU reset the alert asks for (pending and the volatile count back to 0).
+    Scenario("gpu_memory_error", "the target's GPU logs XID 48 (a double-bit ECC error), a row remap pending",
+             (("gpu_memory_error", 1.0),), "GPUUncorrectableMemoryError", "gpu_fault",
+             allow=frozenset({"GPURowRemapPending"})),
 )
 # At most 10x: the demo rules' 1m window must hold enough of the world to read its throughput. At
 # 45x it held 1.3 world seconds (~5 requests of a Poisson load), and beside two CPU hogs one late
@@ -334,6 +358,8 @@ class World:
                                       clock=self.clock.world)
         self.server = SimServer(self.engine)
         self.judge_failing = False
+        self.judge_mode = "honest"  # the judge simulator's mode (monitor/sim/judge.py)
+        self.degraded = 0.0  # share of today's answers replaced by a few words (answers_degraded)
         self.quality, self.samples_added = quality, False
         self.tasks: list[asyncio.Task[Any]] = []
         self.scratch = scratch
@@ -356,6 +382,9 @@ class World:
         self.monitor = Monitor(settings, client=httpx.AsyncClient(trust_env=False), wall=self.clock,
                                sink=self.recorder)
         gpu_follows_the_cycle(self.monitor, self.engine)
+        replay = self.gpu()
+        if replay is not None:  # an H200 reports ECC, remapped rows and PCIe replays: all 0 while healthy
+            replay.inject_fault(0, None, {})
         # Slices of a second each; a slice's requests run to their end (queued ones too), as users wait.
         load = LoadConfig(rps=DEMO_RPS, duration_s=86400.0, max_tokens=(32, 256), drain_timeout_s=120.0)
         self.tasks.append(asyncio.create_task(scheduled_load(self.server.url, self.engine, load, slice_s=1.0)))
@@ -364,14 +393,15 @@ class World:
         return self.monitor
 
     async def _start_judge(self) -> dict[str, Any]:
-        config = uvicorn.Config(create_judge_app(failing=lambda: self.judge_failing), host="127.0.0.1", port=0,
-                                log_level="warning", log_config=None, access_log=False, lifespan="off")
+        app = create_judge_app(failing=lambda: self.judge_failing, mode=lambda: self.judge_mode)
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", log_config=None, access_log=False,
+                                lifespan="off")
         self.judge = InLoopServer(config)
         started = asyncio.Event()
         self.tasks.append(asyncio.create_task(serve_in_loop(self.judge, started)))
         await started.wait()
         port = self.judge.servers[0].sockets[0].getsockname()[1]
-        return {"sample_size": JUDGE_SAMPLES, "refresh_interval": "5s",
+        return {"sample_size": JUDGE_SAMPLES, "refresh_interval": "5s", "baseline_days": 1,
                 "judge": {"base_url": f"http://127.0.0.1:{port}/v1", "model": "judge-simulator", "timeout": "10s"}}
 
     async def _quality_run(self) -> None:
@@ -383,8 +413,28 @@ class World:
         if not self.samples_added:
             self.samples_added = True
             tomorrow = (datetime.fromisoformat(day) + timedelta(days=1)).date().isoformat()
-            quality.store.add_samples(simulated_history(self.engine.model_name, tomorrow, 1, JUDGE_SAMPLES, zone))
+            answers = simulated_history(self.engine.model_name, tomorrow, 1, JUDGE_SAMPLES, zone)
+            # The day before: the same answers (a model that did not change), judged by the same judge
+            # first, so today's run has its one-day baseline (judge_harsh compares the judges).
+            before = [replace(s, timestamp=s.timestamp - 86400.0, request_id=f"before-{s.request_id}") for s in answers]
+            quality.store.add_samples(answers + before)
+            await quality.run((datetime.fromisoformat(day) - timedelta(days=1)).date().isoformat(), force=True)
+        self._degrade_answers(day)
         await quality.run(day, force=True)
+
+    def _degrade_answers(self, day: str) -> None:
+        """Today's request log with `degraded` of its answers cut to a few words (0: as it was)."""
+        assert self.monitor is not None
+        store = self.monitor.quality.store
+        with Session(store.engine) as session, session.begin():
+            session.execute(delete(QualitySample).where(QualitySample.request_id.like("degraded-%")))
+        if not self.degraded:
+            return
+        tomorrow = (datetime.fromisoformat(day) + timedelta(days=1)).date().isoformat()
+        count = round(JUDGE_SAMPLES * self.degraded / (1 - self.degraded))
+        short = simulated_history(self.engine.model_name, tomorrow, 1, count, self.monitor.quality.settings.timezone,
+                                  tokens=(2, 5), seed=23)
+        store.add_samples(replace(s, request_id=f"degraded-{s.request_id}") for s in short)
 
     def gpu(self) -> ReplayNvml | None:
         assert self.monitor is not None
@@ -398,8 +448,19 @@ class World:
                 replay = self.gpu()
                 assert replay is not None, "no replayed GPU to lose"
                 replay.lost = True
+            elif kind == "gpu_memory_error":
+                replay = self.gpu()
+                assert replay is not None, "no replayed GPU to break"
+                replay.inject_fault(0, 48, {"ecc_uncorrected": 1.0, "remapped_uncorrectable": 1.0,
+                                            "remap_pending": 1.0})
             elif kind == "judge_failing":
                 self.judge_failing = True
+                await self._rerun()
+            elif kind == "judge_random" or kind == "judge_harsh":  # (mypy narrows ==, not `in`)
+                self.judge_mode = kind.removeprefix("judge_")
+                await self._rerun()
+            elif kind == "answers_degraded":
+                self.degraded = magnitude
                 await self._rerun()
             else:
                 self.engine.inject(kind, magnitude)
@@ -409,8 +470,9 @@ class World:
         replay = self.gpu()
         if replay is not None:
             replay.lost = False
-        if self.judge_failing:
-            self.judge_failing = False
+            replay.reset_gpu(0)  # what a drained GPU's reset does (a no-op for a GPU without a fault)
+        if self.judge_failing or self.judge_mode != "honest" or self.degraded:
+            self.judge_failing, self.judge_mode, self.degraded = False, "honest", 0.0
             await self._rerun()
 
     async def _rerun(self) -> None:
@@ -454,7 +516,7 @@ class World:
 async def run_scenario(scenario: Scenario, speed: float = 10.0, scrape_s: float = SCRAPE_S,
                        fault_max_s: float = FAULT_MAX_S) -> Outcome:
     """Healthy stretch, fault (until its alert fired, 90 s at least), clear (until all resolved)."""
-    quality = any(kind == "judge_failing" for kind, _ in scenario.faults)
+    quality = any(kind in JUDGE_FAULTS for kind, _ in scenario.faults)
     with tempfile.TemporaryDirectory(prefix=f"infermon-scorecard-{scenario.name}-") as scratch:
         speed = min(speed, scenario.max_speed or speed)
         world = World(speed, Path(scratch), quality, dict(scenario.engine), scrape_s, scenario.baseline_window)

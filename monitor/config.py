@@ -487,6 +487,14 @@ class CauseSettings(_Section):
     score_baseline_delta: float = Field(-0.5, le=0, description="score_fell: mean score this far below the baseline's")
     hallucination_ratio: float = Field(0.05, ge=0, le=1, description="hallucinations: share flagged above this")
     idle_ratio: float = Field(0.5, ge=0, le=1, description="idle_spend: share of the spend on idle GPUs above this")
+    trend_gpu_ratio: float = Field(
+        0.95, ge=0, le=1, description="trend_hardware: GPU power or SM clock at or below this share of a week ago")
+    trend_load_ratio: float = Field(
+        1.1, ge=1, description="trend_load: requests/s at or above this multiple of the same hours a week ago")
+    trend_cache_ratio: float = Field(
+        1.05, ge=1, description="trend_cache: KV-cache usage or preemptions at or above this multiple of a week ago")
+    trend_prefix_ratio: float = Field(
+        0.85, ge=0, le=1, description="trend_prefix_cache: prefix-cache hit ratio at or below this share of a week ago")
 
 
 class AlertingSettings(_Section):
@@ -623,8 +631,18 @@ class JudgeSettings(_Section):
     structured_output: bool = Field(True, description="Ask for the JSON schema (else: the fallback parser)")
     max_tokens: int = Field(512, ge=16, le=32768,
                             description="Bound of every judge answer: a judge that never closes its JSON stops here")
-    usd_per_million_input_tokens: float = Field(1.25, ge=0)
-    usd_per_million_output_tokens: float = Field(10.0, ge=0)
+    # No default price list: a self-hosted judge costs nothing per token, and a hosted one's price
+    # is whatever its contract says. 0 (the default) is "unpriced", and the run says so.
+    usd_per_million_input_tokens: float = Field(0.0, ge=0, description="Judge input price (0: unpriced)")
+    usd_per_million_output_tokens: float = Field(0.0, ge=0, description="Judge output price (0: unpriced)")
+    calibration: str | None = Field(
+        None, description="JSON-lines gold set judged blind in every run (replaces the shipped set; 'off': none)")
+    calibration_min_kappa: float = Field(
+        0.6, ge=-1, le=1, description="Weighted kappa on the gold set below which a run is uncalibrated")
+    calibration_min_within_one: float = Field(
+        0.8, ge=0, le=1, description="Share of gold scores within 1 of the expected below which a run is uncalibrated")
+    calibration_min_flag_agreement: float = Field(
+        0.8, ge=0, le=1, description="Flag agreement on the gold set below which a run is uncalibrated")
 
     @field_validator("base_url")
     @classmethod

@@ -41,6 +41,7 @@ from monitor.health import CollectorHealth, HealthBook
 from monitor.heap import AfterEachJob, HeapFreezer
 from monitor.history.keeper import build_keeper, first_day
 from monitor.history.store import DAY, HistoryTables
+from monitor.history.summary import trend_rows
 from monitor.infra.collector import InfraCollector, import_pynvml
 from monitor.layer import SERVICE, Canary, Cost, Infra, Job, Layer, OwnPart, Part, Quality, Service
 from monitor.looplag import LoopLagProbe, render_loop_lag
@@ -137,10 +138,13 @@ class Monitor:
         self.trend_history = build_keeper(settings.history, ruleset)
         if self.trend_history is not None:
             now = wall()
-            self.trend_history.load(self.history_tables.read(first_day(now, self.trend_history.memory_days)), now)
+            self.trend_history.load(self.history_tables.read(first_day(now, self.trend_history.longest_days),
+                                                             self.trend_history.memory_names), now)
         if ruleset is not None:
             self.alerting = EmbeddedEvaluator(ruleset, self.store.engine, sink or self.delivery,
                                               settings.alerting.external_url, history=self.trend_history)
+            if self.trend_history is not None:
+                self.alerting.trends = trend_rows(self.trend_history, wall())
         # alert context: the other layers' evidence and a probable cause on each alert as it fires
         self.explainer = Explainer(self.views, settings.alerting.causes)
         if self.alerting is not None:
@@ -324,7 +328,8 @@ class Monitor:
 
     def views(self) -> Views:
         """What /metrics renders now, for an alert's context."""
-        return Views(self.service.view, self.infra.view, self.cost.view.topology, self.quality.view, self.cost.view)
+        return Views(self.service.view, self.infra.view, self.cost.view.topology, self.quality.view, self.cost.view,
+                     history=self.trend_history, at=self.wall())
 
     async def evaluate_alerts(self) -> None:
         """The rules on what /metrics exports: under `infermon serve` the pre-rendered page, read

@@ -32,7 +32,9 @@ OPS: dict[str, Op] = {">=": operator.ge, ">": operator.gt, "<": operator.lt, "<=
 LAYER_TITLES = {"service": "Service alerts (and canary, monitor): the service and GPU layers",
                 "infra": "GPU alerts: that GPU and the targets it serves",
                 "quality": "Quality alerts: the model's quality run",
-                "cost": "Cost alerts: the cost numbers and the throughput of the model's targets"}
+                "cost": "Cost alerts: the cost numbers and the throughput of the model's targets",
+                "trend": "Trend alerts (a creep or a step of a target's latency): the last 6 hours against the "
+                         "same hours a week before"}
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,12 @@ def _c(signal: str, op: str, threshold: str | float) -> Condition:
 
 CAUSES: tuple[CauseRule, ...] = (
     # ---- service ------------------------------------------------------------------------------
+    # A GPU fault under the target explains the rest (a GPU that fell off the bus takes its engine down).
+    CauseRule("gpu_fault", "service", (_c("gpu_fault", ">", 0),),
+              "{faulty_gpus} under the target reports {gpu_faults}: a GPU hardware fault (its GPU alert says "
+              "what to do: docs/runbooks/infra.md).",
+              "a GPU serving the target logged an XID in the last hour, counts uncorrectable ECC errors or "
+              "failed a row remap"),
     CauseRule("target_down", "service", (_c("target_up", "==", 0),),
               "{down_targets} does not answer its metrics page: the engine is down or unreachable.",
               "a target of the alert does not answer"),
@@ -112,6 +120,9 @@ CAUSES: tuple[CauseRule, ...] = (
     CauseRule("gpu_lost", "infra", (_c("gpu_down", ">", 0),),
               "{down_gpus} gives no readings: the GPU is lost or its source failed.",
               "the GPU gives no readings"),
+    CauseRule("gpu_fault", "infra", (_c("gpu_fault", ">", 0),),
+              "{faulty_gpus} reports {gpu_faults}: a hardware fault, not load (docs/runbooks/infra.md).",
+              "the GPU logged an XID in the last hour, counts uncorrectable ECC errors or failed a row remap"),
     CauseRule("gpu_memory", "infra", (_c("gpu_memory", ">=", "gpu_memory_ratio"),),
               "GPU memory is {gpu_memory} used on {gpus}: out-of-memory risk.",
               "GPU memory used >= gpu_memory_ratio"),
@@ -131,7 +142,13 @@ CAUSES: tuple[CauseRule, ...] = (
     # ---- quality: the model's run -------------------------------------------------------------
     CauseRule("judge_failing", "quality", (_c("run_failed", ">", 0),),
               "{failed}: the run's numbers are the judge's failure, not the model's quality.",
-              "the run failed: judge errors > 20 % or under half the sample with a usable verdict"),
+              "the run failed: judge errors > 20 % or under half the sample with a usable verdict, or the judge "
+              "disagreed with the known answers judged among the samples (uncalibrated)"),
+    CauseRule("judge_changed", "quality", (_c("judge_changed", ">", 0),),
+              "{judge_changed}: the score moved with the judge, not with the model; re-judge the baseline days "
+              "with today's judge to compare like for like.",
+              "the judge differs from the baseline days' (model, endpoint model, template, rubric, or its "
+              "agreement with the known answers)"),
     CauseRule("small_sample", "quality", (_c("samples", "<", "quality_min_samples"),),
               "only {samples} of {sampled} sampled responses have a usable verdict: one day's numbers are noisy.",
               "fewer usable verdicts than quality_min_samples"),
@@ -150,6 +167,35 @@ CAUSES: tuple[CauseRule, ...] = (
     CauseRule("hallucinations", "quality", (_c("hallucination", ">", "hallucination_ratio"),),
               "the judge flagged {hallucination} of the answers as hallucinated.",
               "hallucination share > hallucination_ratio"),
+    # ---- trend: what changed over the same days (the history's week-over-week facts) ----------
+    CauseRule("trend_hardware", "trend", (_c("trend_gpu_power", "<=", "trend_gpu_ratio"),),
+              "the GPUs serving the target draw {trend_gpu_power} of their power of a week ago at the same hours: "
+              "hardware (a power cap, throttling, a failing fan); check inference_gpu_clock_event_active.",
+              "the target's GPUs draw at most trend_gpu_ratio of their power of the same hours a week before"),
+    CauseRule("trend_hardware", "trend", (_c("trend_gpu_clock", "<=", "trend_gpu_ratio"),),
+              "the GPUs serving the target run at {trend_gpu_clock} of their SM clock of a week ago: hardware "
+              "(throttling); check inference_gpu_clock_event_active.",
+              "the target's GPUs' SM clock at most trend_gpu_ratio of a week before"),
+    CauseRule("trend_load", "trend", (_c("trend_load", ">=", "trend_load_ratio"),),
+              "the latency grew with the load: {trend_load} of the requests/s of the same hours a week ago: "
+              "capacity (add replicas or GPUs, or cap the load).",
+              "requests/s at least trend_load_ratio of the same hours a week before"),
+    CauseRule("trend_cache", "trend", (_c("trend_kv_cache", ">=", "trend_cache_ratio"),),
+              "at the same load, KV-cache usage is {trend_kv_cache} of a week ago: the engine's cache (fragmentation, "
+              "longer contexts); a restart or a larger KV budget shows which.",
+              "load flat, KV-cache usage at least trend_cache_ratio of a week before"),
+    CauseRule("trend_cache", "trend", (_c("trend_preemptions", ">=", "trend_cache_ratio"),),
+              "at the same load, the engine preempts {trend_preemptions} as often as a week ago: its KV cache runs "
+              "short (fragmentation, longer contexts).",
+              "load flat, preemptions/s at least trend_cache_ratio of a week before"),
+    CauseRule("trend_prefix_cache", "trend", (_c("trend_prefix_cache_hit", "<=", "trend_prefix_ratio"),),
+              "at the same load, the prefix cache hits {trend_prefix_cache_hit} as often as a week ago: more prefill "
+              "per request (new prompts or templates, or eviction).",
+              "load flat, prefix-cache hit ratio at most trend_prefix_ratio of a week before"),
+    CauseRule("trend_engine", "trend", (_c("trend_load", "<", "trend_load_ratio"),),
+              "the latency grew at the same load ({trend_load} of a week ago) with the cache and the GPUs as they "
+              "were: the engine itself; compare its version and configuration over those days.",
+              "load flat and none of the above"),
     # ---- cost ---------------------------------------------------------------------------------
     CauseRule("gpu_unpriced", "cost", (_c("unpriced_here", ">", 0),),
               "{unpriced_here} has no price in cost.gpu_prices: its spend is not counted.",
@@ -207,6 +253,7 @@ def signals(context: Context, settings: CauseSettings) -> Signals:
     _gpu_signals(context, settings, values, texts)
     _quality_signals(context, values, texts)
     _cost_signals(context, values, texts)
+    _trend_signals(context, values, texts)
     return Signals(values, texts)
 
 
@@ -256,6 +303,10 @@ def _gpu_signals(context: Context, settings: CauseSettings, values: dict[str, fl
         reasons = {r for g in throttled for r in g.clock_events or () if r in limiting}
         texts["throttle_reasons"] = ", ".join(sorted(reasons))
     texts["gpus"] = ", ".join(f"GPU {g.node}/{g.gpu}" for g in up_gpus)
+    faulty = [g for g in context.gpus if g.faults]
+    values["gpu_fault"] = float(len(faulty))
+    texts["faulty_gpus"] = ", ".join(f"GPU {g.node}/{g.gpu}" for g in faulty)
+    texts["gpu_faults"] = "; ".join(", ".join(g.faults) for g in faulty)
 
 
 def _quality_signals(context: Context, values: dict[str, float], texts: dict[str, str]) -> None:
@@ -264,6 +315,8 @@ def _quality_signals(context: Context, values: dict[str, float], texts: dict[str
     q = context.quality[0]
     values["run_failed"] = 1.0 if q.failed else 0.0
     texts["failed"] = q.failed or ""
+    values["judge_changed"] = 1.0 if q.judge_changed else 0.0
+    texts["judge_changed"] = q.judge_changed or ""
     for name, value, text in (
         ("samples", q.samples, lambda v: f"{v:g}"), ("sampled", q.sampled, lambda v: f"{v:g}"),
         ("refusal_ratio", q.refusal_ratio, _pct), ("refusal_baseline", q.refusal_baseline_ratio, lambda v: f"{v:.3g}"),
@@ -289,6 +342,18 @@ def _cost_signals(context: Context, values: dict[str, float], texts: dict[str, s
         values["idle_share"], texts["idle_share"] = cost.idle_ratio, _pct(cost.idle_ratio)
     if cost.usd_per_hour is not None:
         texts["usd_per_hour"] = f"{cost.usd_per_hour:.4g}"
+
+
+def _trend_signals(context: Context, values: dict[str, float], texts: dict[str, str]) -> None:
+    facts = context.trend
+    if facts is None:
+        return
+    for name, value in (("trend_load", facts.load), ("trend_kv_cache", facts.kv_cache),
+                        ("trend_preemptions", facts.preemptions), ("trend_prefix_cache_hit", facts.prefix_cache_hit),
+                        ("trend_gpu_power", facts.gpu_power), ("trend_gpu_clock", facts.gpu_clock)):
+        if value is not None:
+            values[name] = value
+            texts[name] = _pct(value) if value != float("inf") else "new (none a week ago)"
 
 
 def _holds(condition: Condition, values: dict[str, float], settings: CauseSettings) -> bool:

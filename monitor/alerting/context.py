@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from monitor.cost.collector import CostView
+from monitor.history.keeper import HistoryKeeper, week_over_week
 from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuState, InfraView
 from monitor.quality.layer import QualityView
 from monitor.service.derive import rank_imbalance
@@ -37,6 +38,8 @@ class Views:
     topology: TopologyMap
     quality: QualityView | None = None  # None: the quality layer is not configured
     cost: CostView | None = None
+    history: HistoryKeeper | None = None  # the long-horizon history (a trend alert's week-over-week facts)
+    at: float | None = None  # the evaluation time the history is read at
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class GpuFacts:
     clock_events: tuple[str, ...] | None = None  # None: the GPU does not report them
     targets: tuple[str, ...] = ()
     seen: bool = True  # False: no source shows this GPU (mapped, or named by an alert, only)
+    faults: tuple[str, ...] = ()  # hardware faults in view: recent XIDs, uncorrectable ECC, a failed row remap
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,7 @@ class QualityFacts:
     refusal_baseline_ratio: float | None = None
     hallucination_ratio: float | None = None
     failed: str | None = None  # why the run failed (the judge did)
+    judge_changed: str | None = None  # what changed in the judge since the baseline days
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,18 @@ class CostFacts:
 
 
 @dataclass(frozen=True)
+class TrendFacts:
+    """A trend alert's facts: the last 6 hours against the same hours a week before (ratios)."""
+
+    load: float | None = None  # requests/s of the alert's target (and model)
+    kv_cache: float | None = None
+    preemptions: float | None = None
+    prefix_cache_hit: float | None = None
+    gpu_power: float | None = None  # the GPUs serving the target
+    gpu_clock: float | None = None
+
+
+@dataclass(frozen=True)
 class Context:
     targets: tuple[TargetFacts, ...] = ()
     gpus: tuple[GpuFacts, ...] = ()
@@ -111,10 +128,11 @@ class Context:
     models: tuple[str, ...] = field(default=())  # the models concerned (a GPU alert names them)
     layer: str = "service"  # whose cause table explains the alert
     cost: CostFacts | None = None
+    trend: TrendFacts | None = None
 
     @property
     def empty(self) -> bool:
-        return not (self.targets or self.gpus or self.quality or self.cost)
+        return not (self.targets or self.gpus or self.quality or self.cost or self.trend)
 
 
 # The alert's `layer` label -> the table that explains it (canary probes are the service as users see it).
@@ -125,12 +143,42 @@ LAYERS = {"service": "service", "canary": "service", "monitor": "service", "infr
 def build_context(labels: Mapping[str, str], views: Views) -> Context:
     """The context of an alert with these labels; empty when the labels place it nowhere we know."""
     layer = LAYERS.get(labels.get("layer", ""), "service")
+    if layer == "service" and labels.get("kind") == "trend":
+        return _trend_context(labels, views)
     if layer == "quality":
         return _quality_context(labels, views)
     if layer == "cost":
         return _cost_context(labels, views)
     context = _placed_context(labels, views)
     return context if context.empty else replace(context, layer=layer)
+
+
+def _trend_context(labels: Mapping[str, str], views: Views) -> Context:
+    """A creep or a step of a target's latency: the week-over-week facts of its load, its engine's
+    cache and its GPUs, from the history (the facts of now, as for any service alert, beside them)."""
+    placed = _placed_context(labels, views)
+    history, at, target = views.history, views.at, labels.get("target")
+    if history is None or at is None or not target:
+        return replace(placed, layer="trend")
+    match = {"target": target, **({"model": labels["model"]} if labels.get("model") else {})}
+
+    def ratio(name: str, where: Mapping[str, str]) -> float | None:
+        return week_over_week(history, name, where, at)
+
+    gpus = views.topology.gpus_of(target)
+    power = [r for node, gpu in gpus
+             if (r := ratio("inference_gpu_power_watts", {"node": node, "gpu": gpu})) is not None]
+    clock = [r for node, gpu in gpus
+             if (r := ratio("inference_gpu_sm_clock_hertz", {"node": node, "gpu": gpu})) is not None]
+    facts = TrendFacts(
+        load=ratio("inference_requests_per_second", match),
+        kv_cache=ratio("inference_kv_cache_usage_ratio", match),
+        preemptions=ratio("inference_preemptions_per_second", match),
+        prefix_cache_hit=ratio("inference_prefix_cache_hit_ratio", match),
+        gpu_power=min(power) if power else None,
+        gpu_clock=min(clock) if clock else None,
+    )
+    return replace(placed, layer="trend", trend=facts)
 
 
 def _quality_context(labels: Mapping[str, str], views: Views) -> Context:
@@ -237,13 +285,27 @@ def _gpu_facts(views: Views, key: tuple[str, str]) -> GpuFacts:
     node, index = key
     targets = views.topology.targets_of(node, index)
     state: GpuState | None = next((g for g in views.infra.gpus if (g.node, g.gpu) == key), None)
+    faults = gpu_faults(state) if state is not None else ()
     if state is None or not state.up or state.reading is None:
-        return GpuFacts(node, index, up=False, targets=targets, seen=state is not None)
+        return GpuFacts(node, index, up=False, targets=targets, seen=state is not None, faults=faults)
     reading = state.reading
     mask = reading.clock_event_mask
     events = None if mask is None else tuple(r for r, bit in CLOCK_EVENT_REASONS.items() if mask & bit)
     return GpuFacts(node, index, True, reading.utilization_ratio, reading.memory_used_ratio,
-                    reading.temperature_celsius, reading.power_watts, reading.power_limit_watts, events, targets)
+                    reading.temperature_celsius, reading.power_watts, reading.power_limit_watts, events, targets,
+                    faults=faults)
+
+
+def gpu_faults(state: GpuState) -> tuple[str, ...]:
+    """The GPU's hardware faults in words: the XIDs of the last hour (a GPU that fell off the bus
+    keeps its XID 79), uncorrectable ECC errors since its last reset, a failed row remap."""
+    found = list(state.errors.faults) if state.errors is not None else []
+    reading = state.reading
+    if reading is not None and reading.ecc_uncorrected_errors:
+        found.append(f"{reading.ecc_uncorrected_errors:g} uncorrectable ECC errors")
+    if reading is not None and reading.row_remap_failed:
+        found.append("a failed row remap")
+    return tuple(found)
 
 
 def _quality_facts(quality: QualityView | None, models: tuple[str, ...]) -> tuple[QualityFacts, ...]:
@@ -260,7 +322,8 @@ def _quality_facts(quality: QualityView | None, models: tuple[str, ...]) -> tupl
             _num(s.output_length_mean_change_ratio), _num(s.samples), _num(s.sampled),
             _num(s.judge_errors), _num(s.judge_error_ratio), _num(s.suspect_verdicts),
             _num(s.score_baseline_delta), _num(s.refusal_baseline_ratio),
-            _num(s.hallucination_ratio), s.failed if isinstance(s.failed, str) else None))
+            _num(s.hallucination_ratio), s.failed if isinstance(s.failed, str) else None,
+            s.judge_changed if isinstance(s.judge_changed, str) else None))
     return tuple(out)
 
 

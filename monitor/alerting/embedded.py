@@ -30,6 +30,7 @@ from monitor.alerting.store import StoredAlert, load_alert_states, save_alert_st
 from monitor.catalog import CATALOG, family
 from monitor.history.keeper import HistoryKeeper
 from monitor.history.store import StoredDay
+from monitor.history.summary import trend_rows
 from monitor.rulefiles.expr import Sample
 from monitor.rulefiles.promql import HistoryAt
 from monitor.rulefiles.rules import RuleSet
@@ -130,6 +131,9 @@ class EmbeddedEvaluator:
         if history is not None:
             self.metrics |= history.names
         self.history_days: list[StoredDay] = []  # days that changed, for the store thread to write
+        # Week over week per target and model (the overview, `infermon status`): made anew when a point
+        # closes, in the thread that evaluates, and read as it is published (no lock for the readers).
+        self.trends: list[dict[str, Any]] = []
         self.last_ts: float | None = None
         self._saved: dict[tuple[str, str], tuple[object, ...]] = {}
         self._unsent: list[Alert] = []
@@ -225,6 +229,7 @@ class EmbeddedEvaluator:
         closed = self.history.observe(samples, ts)
         if closed:
             self.history_days.extend(self.history.take_dirty())
+            self.trends = trend_rows(self.history, ts)
         return closed
 
     def take_history_days(self) -> list[StoredDay]:

@@ -66,6 +66,15 @@ _COST_LINES: tuple[tuple[str, str, Callable[[float], str]], ...] = (
     ("per_token_baseline_ratio", "$/token vs. baseline", _pct),
 )
 
+_TREND_LINES: tuple[tuple[str, str, Callable[[float], str]], ...] = (
+    ("load", "requests/s", _pct),
+    ("kv_cache", "KV-cache usage", _pct),
+    ("preemptions", "preemptions/s", _pct),
+    ("prefix_cache_hit", "prefix-cache hit ratio", _pct),
+    ("gpu_power", "GPU power (lowest)", _pct),
+    ("gpu_clock", "GPU SM clock (lowest)", _pct),
+)
+
 
 def context_text(context: Context) -> str:
     lines: list[str] = []
@@ -81,6 +90,8 @@ def context_text(context: Context) -> str:
         lines += _quality_lines(quality)
     if context.cost is not None:
         lines += _cost_lines(context.cost)
+    if context.trend is not None:
+        lines += _lines("vs. the same hours a week ago:", context.trend, _TREND_LINES)
     return "\n".join(lines)
 
 

@@ -125,8 +125,27 @@ INFRASTRUCTURE = DashboardSpec(
             PanelSpec("Clock events (throttle reasons)", "inference_gpu_clock_event_active",
                       (Query(f"inference_gpu_clock_event_active{{{GPU}}}", "{{node}} GPU {{gpu}} {{reason}}"),), unit="bool"),
         )),
+        # What takes a GPU out of service (alerts/infra.yml, group infra-health; docs/runbooks/infra.md).
+        Row("GPU errors", (
+            PanelSpec("XIDs in the last hour", "inference_gpu_xid_events",
+                      (Query(f"inference_gpu_xid_events{{{GPU}}} > 0", "{{node}} GPU {{gpu}} XID {{xid}}"),),
+                      unit="none",
+                      description="XIDs counted over the last hour, by XID: 79 fell off the bus, 48/95 uncorrectable "
+                                  "ECC, 94 contained ECC, 74 NVLink, 63/64 memory repair recorded/failed."),
+            PanelSpec("Row remap pending / failed", "inference_gpu_row_remap_pending",
+                      (Query(f"inference_gpu_row_remap_pending{{{GPU}}}", "{{node}} GPU {{gpu}} pending"),
+                       Query(f"inference_gpu_row_remap_failed{{{GPU}}}", "{{node}} GPU {{gpu}} failed")),
+                      unit="bool",
+                      description="Pending: drain and reset when convenient. Failed: out of service, RMA."),
+            PanelSpec("Error counters' increase (10m)", "inference_gpu_errors_increase",
+                      (Query(f"inference_gpu_errors_increase{{{GPU}}}", "{{node}} GPU {{gpu}} {{kind}}"),),
+                      unit="none"),
+            _gpu("inference_gpu_retired_pages", "Retired pages (Volta and older)", kind="stat"),
+        )),
     ),
 )
+
+_TTFT_P99 = 'inference_ttft_seconds{quantile="0.99",window="5m",target=~"$target",model=~"$model"}'
 
 SERVICE = DashboardSpec(
     uid=f"{UID_PREFIX}service", title="Inference monitor / Service",
@@ -149,6 +168,15 @@ SERVICE = DashboardSpec(
             _svc("inference_slo_attainment_ratio", "Requests within the objectives", "{{objective}} {{target}}"),
             _quantiles("inference_e2e_latency_seconds", "End-to-end latency"),
             _quantiles("inference_queue_time_seconds", "Queue time"),
+            # The trend rules' comparison (alerts/trend.yml): the last 6 hours against the same hours before.
+            PanelSpec("P99 TTFT week over week", "inference_ttft_seconds",
+                      (Query(f"avg_over_time({_TTFT_P99}[6h]) / avg_over_time({_TTFT_P99}[6h] offset 1w)",
+                             "vs 1 week {{target}} {{model}}"),
+                       Query(f"avg_over_time({_TTFT_P99}[6h]) / avg_over_time({_TTFT_P99}[6h] offset 2w)",
+                             "vs 2 weeks {{target}} {{model}}")),
+                      unit="percentunit", thresholds=False,
+                      description="P99 TTFT over the last 6 hours against the same hours one and two weeks before "
+                                  "(1 = unchanged). The trend rules ticket a creep above 108 % of both."),
             _quantiles("inference_prefill_time_seconds", "Prefill time"),
             _quantiles("inference_decode_time_seconds", "Decode time"),
         )),

@@ -27,13 +27,14 @@ from monitor.rulefiles.rules import RuleSet
 
 @dataclass(frozen=True)
 class Wanted:
-    """Series the history keeps: one metric name and label matchers (as a rule's selector).
-    A trend rule's series are held in memory for the rules' reach; the others (`history.series`)
-    only for the day being filled: they are read from the store when asked for."""
+    """Series the history keeps: one metric name and label matchers (as a rule's selector), and
+    how many days back memory holds them: None, the trend rules' reach (a rule's series); a
+    number (the trend causes' series: a week and a day); 0, only the day being filled (the
+    `history.series` others, read from the store when asked for)."""
 
     name: str
     matchers: tuple[Matcher, ...] = ()
-    in_memory: bool = True
+    days: int | None = None
 
     def matches(self, labels: Labels) -> bool:
         return all(m.matches(labels) for m in self.matchers)
@@ -42,7 +43,7 @@ class Wanted:
 @dataclass
 class _Series:
     labels: dict[str, str]  # with __name__
-    in_memory: bool  # held for the trend rules' reach (else the current day only)
+    keep_days: int  # days before today held in memory (0: the current day only)
     days: dict[int, np.ndarray] = field(default_factory=dict)  # UTC day -> SLOTS points (NaN: none)
     bucket_end: float | None = None  # the open bucket
     total: float = 0.0
@@ -65,6 +66,17 @@ class HistoryKeeper:
     def names(self) -> set[str]:
         return set(self.wanted)
 
+    @property
+    def memory_names(self) -> set[str]:
+        """The metrics of which some series are held in memory for days (what a restart reads back)."""
+        return {name for name, ws in self.wanted.items() if any(w.days is None or w.days > 0 for w in ws)}
+
+    @property
+    def longest_days(self) -> int:
+        """The most days back any series is held in memory (what a restart reads from the store)."""
+        return max((self.memory_days if w.days is None else w.days for ws in self.wanted.values() for w in ws),
+                   default=self.memory_days)
+
     # --- recording ----------------------------------------------------------------------------
 
     def observe(self, samples: Mapping[str, Sequence[Sample]], ts: float) -> int:
@@ -78,7 +90,7 @@ class HistoryKeeper:
                 matched = [w for w in wanted if w.matches(labels)]
                 if not matched:
                     continue
-                series = self._get(name, labels, any(w.in_memory for w in matched))
+                series = self._get(name, labels, self._keep(matched))
                 if series.bucket_end != end:
                     series.bucket_end, series.total, series.count = end, 0.0, 0
                 series.total += value
@@ -97,11 +109,14 @@ class HistoryKeeper:
             self._prune(end)
         return closed
 
-    def _get(self, name: str, labels: Labels, in_memory: bool) -> _Series:
+    def _keep(self, matched: Sequence[Wanted]) -> int:
+        return max(self.memory_days if w.days is None else w.days for w in matched)
+
+    def _get(self, name: str, labels: Labels, keep_days: int) -> _Series:
         key = series_key(name, labels)
         series = self._series.get(key)
         if series is None:
-            series = self._series[key] = _Series({**labels, "__name__": name}, in_memory)
+            series = self._series[key] = _Series({**labels, "__name__": name}, keep_days)
             self._by_name.setdefault(name, []).append(key)
         return series
 
@@ -117,7 +132,7 @@ class HistoryKeeper:
     def _prune(self, now: float) -> None:
         today = int(now // DAY)
         for series in self._series.values():
-            oldest = today - self.memory_days if series.in_memory else today
+            oldest = today - series.keep_days
             for day in [d for d in series.days if d < oldest]:
                 del series.days[day]
                 series.track = None
@@ -142,10 +157,9 @@ class HistoryKeeper:
         for stored in days:
             labels = {**stored.labels, "__name__": stored.name}
             matched = [w for w in self.wanted.get(stored.name, ()) if w.matches(labels)]
-            in_memory = any(w.in_memory for w in matched)
-            if not matched or stored.day < (today - self.memory_days if in_memory else today):
+            if not matched or stored.day < today - self._keep(matched):
                 continue
-            series = self._get(stored.name, stored.labels, in_memory)
+            series = self._get(stored.name, stored.labels, self._keep(matched))
             here = series.days.get(stored.day)
             series.days[stored.day] = stored.points.copy() if here is None else np.where(
                 np.isnan(here), stored.points, here)
@@ -156,11 +170,11 @@ class HistoryKeeper:
     # --- reading (the History protocol) ---------------------------------------------------------
 
     def tracks(self, name: str) -> Sequence[Track]:
-        """The series of `name` held in memory (a trend rule's), with their points."""
+        """The series of `name` held in memory for days (a trend rule's or cause's), with their points."""
         out = []
         for key in self._by_name.get(name, ()):
             series = self._series[key]
-            if not series.in_memory:
+            if not series.keep_days:
                 continue
             if series.track is None:
                 series.track = _track(series)
@@ -189,9 +203,30 @@ def first_day(now: float, days: float) -> int:
     return int(now // DAY) - math.ceil(days)
 
 
+# What a trend alert's probable cause compares week over week (monitor/alerting/causes.py, layer
+# "trend"): the load, the engine's cache, the GPUs' power and clocks. A week and a day in memory.
+CAUSE_SERIES = (
+    ('inference_requests_per_second', 'window', '5m'),
+    ('inference_kv_cache_usage_ratio', None, None),
+    ('inference_preemptions_per_second', 'window', '5m'),
+    ('inference_prefix_cache_hit_ratio', 'window', '5m'),
+    ('inference_gpu_power_watts', None, None),
+    ('inference_gpu_sm_clock_hertz', None, None),
+)
+CAUSE_DAYS = 9
+SPARKLINE_DAYS = 31
+WEEK = 7 * DAY
+RECENT = 6 * 3600.0  # the hours a week-over-week fact compares (as the latency creep rules)
+
+
 def wanted_of(ruleset: RuleSet | None, series: Iterable[str]) -> list[Wanted]:
-    """What the history keeps: every selector of the trend rules, and the configured selectors."""
-    wanted: list[Wanted] = []
+    """What the history keeps: every selector of the trend rules, the trend causes' series, and the
+    configured selectors."""
+    wanted: list[Wanted] = [Wanted(name, (Matcher(label, "=", value),) if label and value else (), days=CAUSE_DAYS)
+                            for name, label, value in CAUSE_SERIES]
+    # the overview's week-over-week column and its 30-day sparkline (monitor/history/summary.py)
+    wanted.append(Wanted("inference_ttft_seconds", (Matcher("quantile", "=", "0.99"), Matcher("window", "=", "5m")),
+                         days=SPARKLINE_DAYS))
     for rule in ruleset.rules if ruleset is not None else ():
         if isinstance(rule.expr, TrendExpr):
             wanted.extend(Wanted(name, matchers) for name, matchers in rule.expr.selectors)
@@ -199,7 +234,7 @@ def wanted_of(ruleset: RuleSet | None, series: Iterable[str]) -> list[Wanted]:
         node = parse(text)
         if not isinstance(node, Selector):
             raise ValueError(f"{text!r} is not a selector")
-        wanted.append(Wanted(node.name, node.matchers, in_memory=False))
+        wanted.append(Wanted(node.name, node.matchers, days=0))
     return list(dict.fromkeys(wanted))
 
 
@@ -214,3 +249,29 @@ def build_keeper(settings: HistorySettings, ruleset: RuleSet | None) -> HistoryK
     if not settings.enabled:
         return None
     return HistoryKeeper(wanted_of(ruleset, settings.series), memory_days(ruleset))
+
+
+def week_over_week(history: HistoryKeeper, name: str, match: Mapping[str, str], at: float,
+                   recent: float = RECENT, back: float = WEEK) -> float | None:
+    """The mean of `name`'s points over the last `recent` seconds (over every series whose labels
+    hold `match`) against the same hours a week (`back`) before; None without points in both.
+    Then at 0 and now above: +inf (it appeared); 0 and 0: 1."""
+    now_values, then_values = [], []
+    for track in history.tracks(name):
+        if any(track.labels.get(k) != v for k, v in match.items()):
+            continue
+        now_values.append(_between(track, at - recent, at))
+        then_values.append(_between(track, at - back - recent, at - back))
+    now = np.concatenate(now_values) if now_values else np.empty(0)
+    then = np.concatenate(then_values) if then_values else np.empty(0)
+    if not len(now) or not len(then):
+        return None
+    base, current = float(np.mean(then)), float(np.mean(now))
+    if base == 0:
+        return 1.0 if current == 0 else math.inf
+    return current / base
+
+
+def _between(track: Track, start: float, end: float) -> np.ndarray:
+    lo, hi = np.searchsorted(track.ts, start, side="left"), np.searchsorted(track.ts, end, side="right")
+    return track.values[lo:hi]

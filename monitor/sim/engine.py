@@ -92,7 +92,7 @@ class SimulatedEngine:
     def effects(self, now: float) -> FaultEffects:
         elapsed = now - self.started_at
         injected = tuple(f for f in self._injected if f.active_at(elapsed))
-        return combine_effects(self.faults.active(elapsed) + injected)
+        return combine_effects(self.faults.active(elapsed) + injected, elapsed)
 
     # ---- requests -----------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 FaultKind = Literal["latency_spike", "error_burst", "throughput_drop", "kv_pressure", "engine_down", "traffic_dip",
-                    "gpu_hold", "engine_unrecognised", "prefix_cache_loss"]
+                    "gpu_hold", "engine_unrecognised", "prefix_cache_loss", "slow_decay"]
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 
 # What magnitude means per kind, and the default when a config leaves it out.
@@ -23,6 +23,8 @@ FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 #   kv_pressure:     fraction of the KV-cache capacity left usable      (0 < m <= 1)
 #   engine_down:     the server answers 503 to everything, /metrics too (m unused, 1)
 #   prefix_cache_loss: share of the prefix-cache hit ratio left (a new system prompt)  (0 < m <= 1)
+#   slow_decay:      prefill and per-token time grow by this share a day of the fault's age, compounded
+#                    (KV-cache fragmentation: latency that creeps with uptime)       (> 0, e.g. 0.04)
 #   engine_unrecognised: /metrics answers 200 with a valid page whose families no engine table
 #                    knows (`vllm:` renamed `acme:`, an in-house build); the API serves on  (m unused, 1)
 # Two kinds the simulated engine itself ignores, for what drives it in the demo:
@@ -38,7 +40,9 @@ DEFAULT_MAGNITUDE: dict[FaultKind, float] = {
     "gpu_hold": 30.0,
     "engine_unrecognised": 1.0,
     "prefix_cache_loss": 0.2,
+    "slow_decay": 0.04,
 }
+DAY_S = 86400.0
 
 
 @dataclass(frozen=True)
@@ -84,13 +88,18 @@ class FaultEffects:
     prefix_hit_mult: float = 1.0
 
 
-def combine_effects(faults: Iterable[Fault]) -> FaultEffects:
+def combine_effects(faults: Iterable[Fault], elapsed_s: float | None = None) -> FaultEffects:
     """Overlapping faults compound: multipliers multiply, error chances combine like
-    independent events (1 - prod(1 - f)), so two 50 % bursts fail 75 % of requests."""
+    independent events (1 - prod(1 - f)), so two 50 % bursts fail 75 % of requests. A slow
+    decay's multiplier grows with the fault's age at `elapsed_s` (none given: not yet grown)."""
     prefill = per_token = kv = survive = traffic = prefix = 1.0
     down, hold, unrecognised = False, None, False
     for fault in faults:
-        if fault.kind == "engine_down":
+        if fault.kind == "slow_decay":
+            age_days = max(0.0, (elapsed_s if elapsed_s is not None else fault.start_s) - fault.start_s) / DAY_S
+            grown = (1.0 + fault.magnitude) ** age_days
+            prefill, per_token = prefill * grown, per_token * grown
+        elif fault.kind == "engine_down":
             down = True
         elif fault.kind == "engine_unrecognised":
             unrecognised = True
@@ -123,7 +132,7 @@ class FaultSchedule:
         return tuple(f for f in self.faults if f.active_at(t))
 
     def effects(self, elapsed_s: float) -> FaultEffects:
-        return combine_effects(self.active(elapsed_s))
+        return combine_effects(self.active(elapsed_s), elapsed_s)
 
     def with_fault(self, fault: Fault) -> FaultSchedule:
         return FaultSchedule((*self.faults, fault), self.cycle_s)

@@ -13,6 +13,7 @@ from monitor.aio import Turns
 from monitor.alerting.runbooks import with_runbook_link
 from monitor.cost.collector import FLEET, CostView
 from monitor.health import HealthBook
+from monitor.infra.ledger import gpu_health
 from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuState, InfraView
 from monitor.quality.layer import QualityView
 from monitor.service.derive import WindowStats, rank_imbalance
@@ -52,6 +53,7 @@ def overview(source: OverviewSource, service: dict[str, Any] | None = None) -> d
         "canary": canary_rows(source.canary.status()),
         "alerts": alerts,
         "events": source.events[:EVENTS],  # kept by the store thread: no query on the loop
+        "trends": source.alerting.trends if source.alerting else [],  # week over week (the history)
         "charts": charts(source.history, now),
     }
 
@@ -191,8 +193,10 @@ def gpu_rows(view: InfraView) -> dict[str, Any]:
 
 
 def _gpu(gpu: GpuState) -> dict[str, Any]:
+    health = gpu_health(gpu)  # None: the source reports no health field
     row: dict[str, Any] = {"node": gpu.node, "gpu": gpu.gpu, "source": gpu.source, "up": gpu.up, "error": gpu.error,
-                           "model": gpu.identity.model if gpu.identity else None}
+                           "model": gpu.identity.model if gpu.identity else None,
+                           "health": health[0] if health else None, "health_reasons": list(health[1]) if health else []}
     r = gpu.reading
     if r is None:
         return row
@@ -216,7 +220,9 @@ def quality_rows(view: QualityView) -> dict[str, Any]:
                      "refusal_ratio": s.refusal_ratio, "hallucination_ratio": s.hallucination_ratio,
                      "psi": s.psi, "length_change_ratio": s.output_length_mean_change_ratio,
                      "judge_errors": s.judge_errors, "suspect_verdicts": s.suspect_verdicts,
-                     "failed": s.failed, "report": f"/reports/quality/{result.date}"})
+                     "failed": s.failed, "report": f"/reports/quality/{result.date}",
+                     "uncalibrated": s.uncalibrated, "judge_changed": s.judge_changed,
+                     "judge_kappa": s.calibration_kappa, "known_answers": s.calibration_answered})
     return {"configured": bool(rows), "rows": rows, "judge_cost_usd_total": view.judge_cost_usd_total}
 
 

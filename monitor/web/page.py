@@ -30,7 +30,8 @@ REFRESH_HELP = ("seconds between the page's reloads (at least 5); 0: the page do
 def environment() -> Environment:
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
                       trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(num=num, ms=ms, pct=pct, usd=usd, gib=gib, ago=ago, clock=clock, by_unit=by_unit)
+    env.filters.update(num=num, ms=ms, pct=pct, usd=usd, gib=gib, ago=ago, clock=clock, by_unit=by_unit,
+                       change=change, daily=daily)
     env.globals.update(sparkline=sparkline, slo=slo, above=above)
     return env
 
@@ -95,6 +96,17 @@ def ms(seconds: Any) -> str:
     if not _ok(seconds):
         return "–"
     return f"{seconds * 1000:,.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
+
+
+def change(ratio: Any) -> str:
+    """A relative change: +0.68 -> "+68 %"."""
+    return f"{ratio * 100:+.0f} %" if _ok(ratio) else "–"
+
+
+def daily(values: Any) -> str:
+    """SVG points of a row's daily values (None: a day without a point), 100 x 20, oldest at the left."""
+    points = [(float(day), value) for day, value in enumerate(values or []) if value is not None]
+    return sparkline(points, 0.0, float(max(len(values or []) - 1, 1)), width=100, height=20).polyline
 
 
 def pct(ratio: Any, digits: int = 1) -> str:

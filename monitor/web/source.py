@@ -41,6 +41,9 @@ class ActiveAlerts(Protocol):
 
     def active(self, limit: int | None = None) -> list[dict[str, Any]]: ...
 
+    @property
+    def trends(self) -> list[dict[str, Any]]: ...  # week over week per target and model (history/summary.py)
+
 
 class Deliveries(Protocol):
     """The outbox's newest alert transitions with their deliveries (kept by the store thread)."""

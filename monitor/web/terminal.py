@@ -17,7 +17,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from monitor.web.page import gib, ms, num, pct, slo, usd
+from monitor.web.page import above, change, gib, ms, num, pct, slo, usd
 
 _STYLE = {"ok": "green", "firing": "bold red", "failing": "yellow", "not configured": "dim",
           "good": "green", "warn": "yellow", "bad": "bold red", "": ""}
@@ -60,12 +60,13 @@ def print_overview(console: Console, o: dict[str, Any], url: str) -> None:
         if r.get("baseline") not in (None, "ready"):
             console.print(Text(f"  {r['target']} {r['model']}: {r['baseline']}", style="dim"))
     if console.width < WIDE:
-        for section in (_service_lines, _canary_lines, _gpu_lines, _quality_lines, _cost_lines, _alert_lines):
+        for section in (_service_lines, _trend_lines, _canary_lines, _gpu_lines, _quality_lines, _cost_lines,
+                        _alert_lines):
             for line in section(o):
                 indent = len(line.plain) - len(line.plain.lstrip(" "))  # a wrapped line keeps its indent
                 console.print(Padding(line[indent:], (0, 0, 0, indent)))
     else:
-        for table in (_service(o), _canary(o), _gpus(o), _quality(o), _cost(o), _alerts(o)):
+        for table in (_service(o), _trends(o), _canary(o), _gpus(o), _quality(o), _cost(o), _alerts(o)):
             if table.row_count:
                 console.print(table)
     console.print(Text("OK" if o.get("ok") else "ATTENTION: something is down or firing",
@@ -107,7 +108,7 @@ _LATENCIES = (("ttft_p50_seconds", "ttft_seconds"), ("ttft_p99_seconds", "ttft_s
 
 
 def _gpus(o: dict[str, Any]) -> Table:
-    table = Table("GPU", "model", "up", "util", "memory", "temp", "power / limit", "clock events",
+    table = Table("GPU", "model", "up", "util", "memory", "temp", "power / limit", "clock events", "health",
                   title="Infrastructure", title_justify="left")
     for g in o["infra"]["rows"]:
         table.add_row(f"{g['node']}/{g['gpu']}", g.get("model") or "–",
@@ -115,8 +116,18 @@ def _gpus(o: dict[str, Any]) -> Table:
                       pct(g.get("utilization_ratio")), f"{gib(g.get('memory_used_bytes'))} / "
                       f"{gib(g.get('memory_total_bytes'))}", f"{num(g.get('temperature_celsius'), 0)} °C",
                       f"{num(g.get('power_watts'), 0)} / {num(g.get('power_limit_watts'), 0)} W",
-                      ", ".join(g.get("clock_events") or []) or "–")
+                      ", ".join(g.get("clock_events") or []) or "–", _health(g))
     return table
+
+
+_HEALTH_STYLE = {"critical": "bold red", "warning": "yellow", "ok": "green"}
+
+
+def _health(g: dict[str, Any]) -> Text:
+    """A GPU's health word and its reasons: critical = drain it, warning = reset when convenient."""
+    health = g.get("health")
+    reasons = ", ".join(g.get("health_reasons") or [])
+    return Text(f"{health or '–'}" + (f": {reasons}" if reasons else ""), style=_HEALTH_STYLE.get(health or "", ""))
 
 
 def _quality(o: dict[str, Any]) -> Table:
@@ -194,6 +205,45 @@ def _service_lines(o: dict[str, Any]) -> list[Text]:
     return lines
 
 
+_BARS = "▁▂▃▄▅▆▇█"
+
+
+def bars(values: list[float | None]) -> str:
+    """The daily values as one block character each (a space for a day without a point)."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return ""
+    low, high = min(known), max(known)
+    span = (high - low) or 1.0
+    return "".join(" " if v is None else _BARS[min(7, int((v - low) / span * 8))] for v in values)
+
+
+def _trend_text(t: dict[str, Any]) -> Text:
+    text = Text(f"P99 TTFT {ms(t.get('now'))}, ")
+    text.append(f"{change(t.get('vs_2w'))} vs 2 weeks ago", style=_STYLE[above(t.get("vs_2w"), 0.08, 0.3)])
+    return text.append(f" ({change(t.get('vs_1w'))} vs 1 week)  {bars(t.get('daily') or [])}")
+
+
+def _trend_lines(o: dict[str, Any]) -> list[Text]:
+    rows = o.get("trends") or []
+    lines = [_head("Week over week")] if rows else []
+    for t in rows:
+        lines.append(Text(f"  {t['target']}  {t.get('model') or '–'}"))
+        lines.append(Text("    ").append(_trend_text(t)))
+    return lines
+
+
+def _trends(o: dict[str, Any]) -> Table:
+    table = Table(title="Week over week (last 6 h vs the same hours before)", title_justify="left", box=None)
+    for name in ("target", "model", "P99 TTFT 6 h", "vs 1 week", "vs 2 weeks", "daily P99, 30 days"):
+        table.add_column(name, justify="right" if name.startswith(("P99", "vs")) else "left")
+    for t in o.get("trends") or []:
+        table.add_row(t["target"], t.get("model") or "–", ms(t.get("now")), change(t.get("vs_1w")),
+                      Text(change(t.get("vs_2w")), style=_STYLE[above(t.get("vs_2w"), 0.08, 0.3)]),
+                      bars(t.get("daily") or []))
+    return table
+
+
 def _canary_lines(o: dict[str, Any]) -> list[Text]:
     lines = [_head("Canary")] if o.get("canary") else []
     for c in o.get("canary", []):
@@ -213,6 +263,8 @@ def _gpu_lines(o: dict[str, Any]) -> list[Text]:
                           f"{gib(g.get('memory_total_bytes'))}  {num(g.get('temperature_celsius'), 0)} °C  "
                           f"{num(g.get('power_watts'), 0)} / {num(g.get('power_limit_watts'), 0)} W  clocks "
                           + (", ".join(g.get("clock_events") or []) or "–")))
+        if g.get("health"):
+            lines.append(Text("    health ").append(_health(g)))
     return lines
 
 
@@ -224,6 +276,8 @@ def _quality_lines(o: dict[str, Any]) -> list[Text]:
         lines.append(Text(f"    {num(q.get('samples'), 0)} samples  score {num(q.get('score_mean'), 2)}  refusals "
                           f"{pct(q.get('refusal_ratio'))}  hallucinations {pct(q.get('hallucination_ratio'))}  "
                           f"PSI {num(q.get('psi'), 3)}"))
+        if q.get("failed") or q.get("judge_changed"):
+            lines.append(Text(f"    {q.get('failed') or q.get('judge_changed')}", style="bold red"))
     return lines
 
 

@@ -3,6 +3,8 @@ order, configurable thresholds, a GPU alert naming its targets, and facts left o
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from monitor.alerting.causes import CAUSES, probable_cause
@@ -10,6 +12,7 @@ from monitor.alerting.context import build_context
 from monitor.alerting.explain import explain
 from monitor.config import CauseSettings, ConfigError, load_settings
 from monitor.exporter import make_registry, render_text
+from monitor.infra.reading import GpuErrors, GpuReading
 from monitor.infra.render import render_infra
 from monitor.quality.render import render_quality
 from monitor.service.render import render_service
@@ -39,8 +42,29 @@ SCENARIOS = {
     # (routine): the lost prefixes, not the hardware.
     "prefix_cache_drop": views([target(waiting=2, prefix_cache_hit_ratio=0.1, prefix_cache_hit_ratio_baseline=0.6)],
                                [gpu(util=0.95, reasons=("sw_power_cap",))]),
+    # The engine fails requests on a GPU that logged XID 48 (a double-bit ECC error): the GPU.
+    "gpu_fault": views([target(error_ratio=0.2)],
+                       [replace(gpu(util=0.99), errors=GpuErrors({"48": 1.0}, {"48": 1.0}))]),
     "unknown": views([target()], [gpu()]),
 }
+
+
+def test_gpu_faults_name_the_gpu_and_only_faults_count() -> None:
+    down = views([target(up=False)], [replace(gpu(up=False), errors=GpuErrors({"79": 1.0}, {"79": 1.0}))])
+    target_down = {"alertname": "TargetDown", "target": "vllm-a"}
+    cause = probable_cause(build_context(target_down, down), DEFAULTS)
+    assert cause.startswith("gpu_fault: GPU node-1/0 under the target reports XID 79")
+    # A pending row remap is no fault (work runs on); an XID that left the hour is none either.
+    calm = views([target(error_ratio=0.2)], [replace(gpu(), reading=GpuReading(row_remap_pending=1.0),
+                                                       errors=GpuErrors({"48": 1.0}, {"48": 0.0}))])
+    assert cause_id(probable_cause(build_context(TTFT, calm), DEFAULTS)) == "engine_errors"
+    # A GPU alert on a GPU whose row remap failed: the hardware, not its load.
+    failed = views([target(running=3)], [replace(gpu(util=0.99), reading=GpuReading(
+        kernel_active_ratio=0.99, row_remap_failed=1.0, ecc_uncorrected_errors=2.0))])
+    gpu_alert = {"alertname": "GPUUtilizationSaturated", "node": NODE, "gpu": "0", "layer": "infra"}
+    assert probable_cause(build_context(gpu_alert, failed), DEFAULTS) == (
+        "gpu_fault: GPU node-1/0 reports 2 uncorrectable ECC errors, a failed row remap: a hardware fault, "
+        "not load (docs/runbooks/infra.md).")
 
 
 def test_a_prefix_cache_that_found_little_before_is_no_cause() -> None:
@@ -176,3 +200,12 @@ def test_context_equals_what_metrics_renders_from_the_same_views() -> None:
                               lambda: render_quality(scenario.quality, 2.0)])  # type: ignore[arg-type]
     text = explain(TTFT, scenario, DEFAULTS)["context"]
     assert assert_context_matches(text, render_text(registry).decode()) >= 17
+
+
+def test_a_gpu_health_alert_names_the_targets_and_models_on_the_gpu() -> None:
+    sick = replace(gpu(), reading=GpuReading(kernel_active_ratio=0.9, row_remap_pending=1.0))
+    world = views([target(), target("vllm-b")], [sick, gpu("1")], gpus_of={"vllm-a": ["0"], "vllm-b": ["1"]})
+    labels = {"alertname": "GPURowRemapPending", "node": NODE, "gpu": "0", "layer": "infra"}
+    context = build_context(labels, world)
+    assert [t.target for t in context.targets] == ["vllm-a"] and context.models == (MODEL,)
+    assert [(g.node, g.gpu, g.targets) for g in context.gpus] == [(NODE, "0", ("vllm-a",))]

@@ -30,6 +30,11 @@ EXPECTED_RULES = {
     "CostBudget80", "CostBudgetExceeded", "CostIdleSpendHigh", "CostPerTokenJump", "CostExpensiveRequests",
     "CostGpuUnpriced", "InferenceCanaryFailing", "InferenceCanaryTTFTHigh", "InferenceCanaryTTFTGapHigh",
 }
+EXPECTED_RULES |= {  # GPU health (alerts/infra.yml, group infra-health)
+    "GPUFellOffBus", "GPUUncorrectableMemoryError", "GPUUncorrectableECCErrors", "GPUContainedMemoryError",
+    "GPUNVLinkError", "GPUMemoryRemapRecorded", "GPUMemoryRemapFailedXid", "GPURowRemapPending", "GPURowRemapFailed",
+    "GPURetiredPagesPending", "GPURetiredPagesLimit", "GPUPCIeReplayRate", "GPUNVLinkErrorRate",
+}
 EXPECTED_RULES |= {rule["alert"] for group in yaml.safe_load((SHIPPED_DIR / "quality.yml").read_text())["groups"]
                    for rule in group["rules"]}  # the quality layer's, named in alerts/quality.yml
 EXPECTED_RULES |= {rule["alert"] for group in yaml.safe_load((SHIPPED_DIR / "trend.yml").read_text())["groups"]

@@ -34,6 +34,17 @@ NO_DATA = {
     ("infrastructure.json", "MIG instance memory used"): "the replayed H200 is not MIG-partitioned",
     ("infrastructure.json", "Uncorrected ECC errors in the range"):
         "the H200 recording holds no ECC counter (NVML and dcgm-exporter readings do)",
+    ("infrastructure.json", "XIDs in the last hour"):
+        "a healthy replay logs no XID; tests/infra/test_nvml_health.py and test_health_alerts.py show them",
+    ("infrastructure.json", "Row remap pending / failed"):
+        "the H200 recording holds no health fields; tests/infra/test_health_alerts.py (dcgm-exporter pages)",
+    ("infrastructure.json", "Error counters' increase (10m)"):
+        "the H200 recording holds no error counters; tests/infra/test_nvml_health.py",
+    ("infrastructure.json", "Retired pages (Volta and older)"):
+        "an H200 remaps rows, it retires no pages; tests/infra/test_health_alerts.py (a V100 page)",
+    ("service.json", "P99 TTFT week over week"):
+        "needs the same hours one and two weeks back; the trend rules' ratios against a real Prometheus "
+        "holding weeks: tests/history/test_trend_exact.py, test_weeks_both_evaluators.py",
     ("service.json", "Mean prompt time per token (llama.cpp)"):
         "the demo's engines are vLLM; llama.cpp's busy-time counters: tests/service/test_llamacpp_live.py",
     ("service.json", "Mean time per generated token (llama.cpp)"):

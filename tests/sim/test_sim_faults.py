@@ -36,6 +36,16 @@ def test_overlapping_faults_compound():
     assert combine_effects([]) == FaultEffects()
 
 
+def test_a_slow_decay_grows_with_the_faults_age():
+    decay = Fault(3600.0, math.inf, "slow_decay", 0.04)
+    schedule = FaultSchedule((decay,))
+    assert schedule.effects(3600.0).prefill_mult == 1.0
+    day3 = schedule.effects(3600.0 + 3 * 86400.0)
+    assert day3.prefill_mult == pytest.approx(1.04 ** 3) and day3.per_token_mult == pytest.approx(1.04 ** 3)
+    assert schedule.effects(3600.0 + 12 * 3600.0).prefill_mult == pytest.approx(1.04 ** 0.5)
+    assert parse_faults([{"kind": "slow_decay"}])[0].magnitude == 0.04
+
+
 def test_cycle_repeats_the_schedule():
     schedule = FaultSchedule((Fault(10, 5, "error_burst", 0.2),), cycle_s=60)
     assert schedule.effects(12).error_fraction == pytest.approx(0.2)
@@ -60,8 +70,9 @@ def test_demo_schedule_shows_every_kind_within_one_cycle():
     schedule = demo_schedule()
     assert schedule.cycle_s == 1800  # one slot per probable cause (tests/sim/test_demo_cycle.py)
     seen = {f.kind for t in range(1800) for f in schedule.active(t)}
-    # the scorecard's, not the demo's (a prefix-cache drop needs an hour's baseline and a 15-min `for`)
-    assert seen == set(FAULT_KINDS) - {"engine_unrecognised", "prefix_cache_loss"}
+    # the scorecard's, not the demo's (a prefix-cache drop needs an hour's baseline and a 15-min `for`;
+    # a slow decay, days)
+    assert seen == set(FAULT_KINDS) - {"engine_unrecognised", "prefix_cache_loss", "slow_decay"}
     assert schedule.active(0) == () and schedule.active(1800) == ()
 
 
