@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
-from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobEvent
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED, JobEvent
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -47,7 +47,7 @@ def create_app(monitor: Monitor, schedule: bool = True) -> FastAPI:
         _on_asyncio_loop()
         scheduler = AsyncIOScheduler(timezone=UTC)
         app.state.scheduler = scheduler
-        scheduler.add_listener(lambda event: _skipped(monitor, event), EVENT_JOB_MAX_INSTANCES)
+        scheduler.add_listener(lambda event: _skipped(monitor, event), EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
         quiet_skips()
         _on_sighup(monitor)
         loops: list[asyncio.Task[object]] = []
@@ -181,22 +181,25 @@ async def _run_loop(monitor: Monitor, job: Job) -> object:
 
 
 def _skipped(monitor: Monitor, event: JobEvent) -> None:
-    """A run skipped because the last one still runs: counted (the scheduler's own warning for
-    each skip is filtered out of the log, see `quiet_skips`; the job's lag shows in its health)."""
+    """A run skipped because the last one still runs, or because the process was too busy to start
+    it within its grace time (a run missed): counted (the scheduler's own warning for each skip is
+    filtered out of the log, see `quiet_skips`; the job's lag shows in its health)."""
     monitor.health.job(event.job_id).skipped += 1
 
 
 class _NoSkipLines(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return "maximum number of running instances reached" not in record.getMessage()
+        message = record.getMessage()
+        return "maximum number of running instances reached" not in message and " was missed by " not in message
 
 
 def quiet_skips() -> None:
     """Under load the 1-s jobs are skipped every second, and APScheduler warns each time: one line
     per skip drowned the log. The count is inference_monitor_job_skipped_runs_total instead."""
-    scheduler_log = logging.getLogger("apscheduler.scheduler")
-    if not any(isinstance(f, _NoSkipLines) for f in scheduler_log.filters):
-        scheduler_log.addFilter(_NoSkipLines())
+    for name in ("apscheduler.scheduler", "apscheduler.executors.default"):
+        scheduler_log = logging.getLogger(name)
+        if not any(isinstance(f, _NoSkipLines) for f in scheduler_log.filters):
+            scheduler_log.addFilter(_NoSkipLines())
 
 
 def _add_job(scheduler: AsyncIOScheduler, monitor: Monitor, job: Job) -> None:

@@ -15,7 +15,15 @@ from typing import Any
 
 from monitor.loadtest.capacity import pareto
 from monitor.loadtest.result import figure
-from monitor.loadtest.summary import LATENCY_COLUMNS, THROUGHPUT_COLUMNS, cached, cell, header_lines, shortfalls
+from monitor.loadtest.summary import (
+    LATENCY_COLUMNS,
+    THROUGHPUT_COLUMNS,
+    cached,
+    cell,
+    header_lines,
+    shortfalls,
+    unhealthy,
+)
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1150px;color:#1d2430;padding:0 1em}
@@ -41,8 +49,9 @@ def render_report(result: dict[str, Any]) -> str:
     body.append("".join(f'<p class="muted">{escape(line)}</p>' for line in header_lines(result)
                         if not line.startswith("SYNTHETIC")))
     body.append("<h2>Conditions</h2>" + _conditions(result))
+    warnings = unhealthy(result) + shortfalls(result) + cached(result)
     body.append("<h2>Results (mean ± stdev over repeats)</h2>" + _results(result)
-                + "".join(f'<p class="warn">{escape(line)}</p>' for line in shortfalls(result) + cached(result)))
+                + "".join(f'<p class="warn">{escape(line)}</p>' for line in warnings))
     if result.get("capacity"):
         body.append(f'<p><b>{escape(result["capacity"]["words"])}</b></p>')
     body.append('<h2>Plots</h2><div class="charts">' + "".join(_charts(result)) + "</div>")

@@ -28,8 +28,9 @@ import httpx
 
 from monitor.infra.collector import import_pynvml
 from monitor.infra.dcgm import WANTED, page_to_states
+from monitor.infra.ledger import gpu_health
 from monitor.infra.nvml import NvmlBackend
-from monitor.infra.reading import GpuIdentity, GpuReading, NotPresent
+from monitor.infra.reading import GpuIdentity, GpuReading, GpuState, NotPresent
 from monitor.infra.replay import ReplayNvml, load_trace
 from monitor.loadtest.conditions import MODELS_KEPT, PROBE_MAX_BYTES, PROBE_TIMEOUT_S, cut
 from monitor.promtext import Parser, check_text
@@ -66,8 +67,10 @@ class NvmlSource:
     async def identify(self) -> dict[str, Any]:
         self.gpus = await asyncio.to_thread(self.backend.open)
         readings = await self.read()
+        states = [GpuState("local", str(g.index), self.name, True, g, r)
+                  for g, r in zip(self.gpus, readings, strict=True)]
         return gpu_conditions(self.name, [g.model for g in self.gpus], self.gpus[0].driver if self.gpus else None,
-                              self._cuda(), [r.memory_total_bytes for r in readings])
+                              self._cuda(), [r.memory_total_bytes for r in readings], health_conditions(states))
 
     def _cuda(self) -> str | None:
         # 12040 -> "12.4"; a replay (or an old binding) has no such call: not observed.
@@ -102,7 +105,8 @@ class DcgmSource:
         states = [s for s in await self._states() if s.identity is not None]
         driver = states[0].identity.driver if states and states[0].identity else None
         return gpu_conditions("dcgm", [s.identity.model for s in states if s.identity], driver or None, None,
-                              [s.reading.memory_total_bytes if s.reading else None for s in states])
+                              [s.reading.memory_total_bytes if s.reading else None for s in states],
+                              health_conditions(states))
 
     async def read(self) -> list[GpuReading]:
         return [s.reading for s in await self._states() if s.reading is not None]
@@ -112,10 +116,23 @@ class DcgmSource:
 
 
 def gpu_conditions(source: str, models: list[str], driver: str | None, cuda: str | None,
-                   memory: list[float | None]) -> dict[str, Any]:
+                   memory: list[float | None], health: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"source": source, "model": cut(models[0]) if models else None, "count": len(models),
             "models": [cut(m) for m in sorted(set(models))[:MODELS_KEPT]], "driver": cut(driver), "cuda": cuda,
-            "memory_total_bytes": memory[0] if memory else None}
+            "memory_total_bytes": memory[0] if memory else None, **(health or {})}
+
+
+def health_conditions(states: list[GpuState]) -> dict[str, Any]:
+    """The GPUs' health when the run began (the infra layer's verdict: monitor/infra/ledger.py): the
+    worst of "ok", "warning" (reset when convenient), "critical" (drain), and why, per GPU. None
+    when no GPU reports a health field (not known, rather than ok)."""
+    found = [(state.gpu, verdict) for state in states if (verdict := gpu_health(state)) is not None]
+    if not found:
+        return {"health": None, "health_reasons": []}
+    order = ("ok", "warning", "critical")
+    worst = max((verdict[0] for _, verdict in found), key=order.index)
+    reasons = [f"GPU {gpu}: {', '.join(verdict[1])}" for gpu, verdict in found if verdict[1]]
+    return {"health": worst, "health_reasons": [cut(r) for r in reasons[:MODELS_KEPT]]}
 
 
 def local_source(replay_file: str | None, replay_count: int = 1) -> NvmlSource | None:

@@ -121,6 +121,16 @@ def cached(result: dict[str, Any], share: float = CACHED_SHARE) -> list[str]:
     return out
 
 
+def unhealthy(result: dict[str, Any]) -> list[str]:
+    """A GPU that was not healthy when the run began: not a clean benchmark (a pending row remap,
+    an XID, uncorrectable ECC errors)."""
+    gpu = result.get("conditions", {}).get("gpu", {})
+    if gpu.get("health") in (None, "ok"):
+        return []
+    return [f"GPU health {gpu['health']} when the run began ({'; '.join(gpu.get('health_reasons') or [])}): "
+            "not a clean benchmark; reset or replace the GPU and run again"]
+
+
 def print_summary(console: Console, result: dict[str, Any]) -> None:
     for line in header_lines(result):
         console.print(line, style="bold red" if line.startswith("SYNTHETIC") else None, highlight=False)
@@ -133,7 +143,7 @@ def print_summary(console: Console, result: dict[str, Any]) -> None:
             cells = [cell(level, path, unit) for _, path, unit in columns]
             table.add_row(level["level"]["label"], *cells)
         console.print(table)
-    for line in shortfalls(result) + cached(result):
+    for line in unhealthy(result) + shortfalls(result) + cached(result):
         console.print(line, style="yellow", highlight=False)
     if result.get("stopped"):
         console.print(f"stopped: {result['stopped']}", style="bold red", highlight=False)

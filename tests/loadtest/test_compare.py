@@ -45,11 +45,13 @@ def test_a_server_thirty_percent_slower_is_a_regression_and_noise_is_not(start_s
     again = _run(start_sim, prompts, tmp_path / "again.json")
     slower = _run(start_sim, prompts, tmp_path / "slower.json", time_scale=1.3)
 
-    same = _invoke(str(a), str(again), "--threshold", "15%")
+    # (the machine's other load may move between the three runs inside the suite: the drift refusal is
+    # tested in test_verdict.py; here the regression verdict)
+    same = _invoke(str(a), str(again), "--threshold", "15%", "--max-drift", "100%")
     assert same.exit_code == 0, same.output
     assert "REGRESSION" not in same.output
 
-    worse = _invoke(str(a), str(slower), "--threshold", "15%")
+    worse = _invoke(str(a), str(slower), "--threshold", "15%", "--max-drift", "100%")
     assert worse.exit_code == 1, worse.output
     flagged = {c.figure for c in compare(json.loads(a.read_text()), json.loads(slower.read_text()), 0.15)
                if c.regression}

@@ -119,6 +119,8 @@ def test_demo_rules_are_the_shipped_rules_on_the_short_window(tmp_path: Path) ->
         if rule.name in CYCLE_ALERTS:  # the cycle's 90-s faults outlast `for`; resolved before the next slot
             assert by_name[rule.name].for_seconds == min(rule.for_seconds, DEMO_FOR_S)
             assert 0 < by_name[rule.name].keep_firing_for_seconds <= 15
+        elif rule.trend:  # a trend rule keeps its own hysteresis (hours: alerts/trend.yml), if it has one
+            assert by_name[rule.name].keep_firing_for_seconds == (rule.keep_firing_for_seconds or 300)
         else:  # hysteresis: the shipped `for`, and held a while, so GPU and cost alerts do not flap
             assert by_name[rule.name].for_seconds == rule.for_seconds
             assert by_name[rule.name].keep_firing_for_seconds == 300
@@ -129,6 +131,7 @@ def test_demo_rules_are_the_shipped_rules_on_the_short_window(tmp_path: Path) ->
     assert {n for n, r in held.items() if r.keep_firing_for_seconds == 60} == set(CYCLE_ALERTS)
     assert held["ThroughputDrop"].for_seconds == 120  # its own `for`; the other cycle alerts the demo's
     assert all(held[n].for_seconds == by_name[n].for_seconds for n in CYCLE_ALERTS - {"ThroughputDrop"})
-    assert all(r.keep_firing_for_seconds == 300 for n, r in held.items() if n not in CYCLE_ALERTS)
+    assert all(r.keep_firing_for_seconds == (by_name[n].keep_firing_for_seconds if r.trend else 300)
+               for n, r in held.items() if n not in CYCLE_ALERTS)
     ttft = by_name["TTFTP99High"]
     assert ttft.for_seconds == DEMO_FOR_S and 'window="1m"' in ttft.expr_text
