@@ -22,7 +22,6 @@ import os
 import shutil
 import string
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
@@ -32,6 +31,7 @@ import numpy as np
 import pytest
 
 from monitor.ports import free_port
+from tests.served_process import wait_healthy
 
 ROOT = Path(__file__).parents[1]
 SCRIPT = ROOT / "scripts" / "llama_server.sh"
@@ -160,19 +160,12 @@ class LlamaServer:
         return self
 
     def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + self.startup_seconds
-        while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise RuntimeError(f"llama-server exited {self.process.returncode}: {self.log_tail()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)  # polling for a condition, bounded by the deadline
-        self.stop()
-        raise RuntimeError(f"llama-server not healthy after {self.startup_seconds:.0f} s: {self.log_tail()}")
+        assert self.process is not None
+        try:
+            wait_healthy(self.process, f"{self.url}/health", self.startup_seconds, "llama-server", self.log_tail)
+        except RuntimeError:
+            self.stop()
+            raise
 
     def log_tail(self, lines: int = 20) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""

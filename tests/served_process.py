@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -75,3 +75,20 @@ def stop(process: subprocess.Popen[Any], sig: int = signal.SIGINT, timeout_s: fl
         process.kill()
         output = process.communicate()[0]
     return output or ""
+
+
+def wait_healthy(process: subprocess.Popen[Any], url: str, seconds: float, name: str,
+                 log_tail: Callable[[], str], poll_s: float = 0.1) -> None:
+    """Until `url` answers 200, the process exits (RuntimeError with its log's tail) or `seconds`
+    pass (RuntimeError too): a server a test started, waited for on a condition, bounded."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited {process.returncode}: {log_tail()}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(poll_s)  # polling for a condition, bounded by the deadline
+    raise RuntimeError(f"{name} not healthy after {seconds:.0f} s: {log_tail()}")

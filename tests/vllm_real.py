@@ -31,6 +31,7 @@ import httpx
 import pytest
 
 from monitor.ports import free_port
+from tests.served_process import wait_healthy
 
 ROOT = Path(__file__).parents[1]
 SCRIPT = ROOT / "scripts" / "vllm_server.sh"
@@ -129,18 +130,8 @@ class VllmServer:
         return self
 
     def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + self.startup_seconds
-        while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise RuntimeError(f"vLLM exited {self.process.returncode}: {self.log_tail()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)  # polling for a condition, bounded by the deadline
-        raise RuntimeError(f"vLLM not healthy after {self.startup_seconds:.0f} s: {self.log_tail()}")
+        assert self.process is not None
+        wait_healthy(self.process, f"{self.url}/health", self.startup_seconds, "vLLM", self.log_tail, poll_s=0.25)
 
     def log_tail(self, lines: int = 30) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""

@@ -157,7 +157,8 @@ def test_conditions_from_the_h200_replay_and_the_engine_page(start_sim, prompts:
     result = bench(server.url, prompts, gpus=source, prices=prices, precision="fp8", note="chunked prefill 256")
     conditions = result["conditions"]
     assert conditions["gpu"] == {"source": "replay", "model": "NVIDIA H200", "count": 2, "models": ["NVIDIA H200"],
-                                 "driver": "580.159.04", "cuda": None, "memory_total_bytes": 150754820096.0}
+                                 "driver": "580.159.04", "cuda": None, "memory_total_bytes": 150754820096.0,
+                                 "health": None, "health_reasons": []}  # the H200 recording holds no health field
     assert conditions["server"]["engine"] == "vllm" and conditions["server"]["generation"] == "v1"
     assert conditions["server"]["version"] == f"infermon-sim {monitor.__version__}"  # its GET /version
     assert conditions["server"]["models"] == [MODEL]
