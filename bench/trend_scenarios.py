@@ -14,9 +14,8 @@ history's week-over-week facts).
 
 from __future__ import annotations
 
-import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,33 +33,13 @@ from monitor.rulefiles.expr import Sample
 from monitor.rulefiles.rules import SHIPPED_DIR, load_rules
 from monitor.service.derive import Objectives, Window
 from monitor.service.view import ServiceView
+from monitor.sim.week import DAY, Shape, growth, rhythm, step
 from monitor.store.models import Base
 from monitor.topology import TopologyMap
 
-DAY = 86400.0
 START = 1_780_000_000.0 - (1_780_000_000.0 % DAY)  # a UTC midnight in 2026: the change happens here
 SEEDED_DAYS = 15.0  # history before the change, read back as a restarted monitor does
 TARGET, MODEL, NODE, GPU = "vllm-a:8000", "llama-3.1-8b", "node-1", "0"
-
-Shape = Callable[[float], float]  # a multiplier at time t (1 before the change)
-
-
-def rhythm(base: float, day_swing: float = 0.3, weekend: float = 0.8) -> Shape:
-    """Busy afternoons, quiet weekends: the same every week."""
-    def value(t: float) -> float:
-        hour = (t % DAY) / DAY
-        weekday = int(t // DAY + 3) % 7  # 1970-01-01 was a Thursday
-        return base * (1 + day_swing * math.sin(2 * math.pi * (hour - 0.25))) * (weekend if weekday >= 5 else 1.0)
-    return value
-
-
-def growth(per_day: float, start: float = START) -> Shape:
-    return lambda t: (1 + per_day) ** (max(0.0, t - start) / DAY)
-
-
-def step(factor: float, at: float) -> Shape:
-    return lambda t: factor if t >= at else 1.0
-
 
 FLAT: Shape = lambda t: 1.0  # noqa: E731
 
@@ -82,10 +61,10 @@ class TrendScenario:
 
 SCENARIOS: tuple[TrendScenario, ...] = (
     TrendScenario("latency_creep", "P99 TTFT +4 %/day at flat load, KV-cache usage growing with it (fragmentation)",
-                  "TTFTP99Creep", "trend_cache", ttft=growth(0.04), kv_cache=growth(0.03),
+                  "TTFTP99Creep", "trend_cache", ttft=growth(0.04, START), kv_cache=growth(0.03, START),
                   never=frozenset({"TTFTP99Step"})),
     TrendScenario("capacity_creep", "P99 TTFT +4 %/day as the load grows +5 %/day",
-                  "TTFTP99Creep", "trend_load", ttft=growth(0.04), load=growth(0.05),
+                  "TTFTP99Creep", "trend_load", ttft=growth(0.04, START), load=growth(0.05, START),
                   never=frozenset({"TTFTP99Step"})),
     TrendScenario("seasonal_week", "a daily and a weekly rhythm, the same every week", None, None, run_days=4.0),
     TrendScenario("deploy_step", "P99 TTFT +30 % from one day to the next (a deploy), flat since",

@@ -86,9 +86,10 @@ def wait_healthy(process: subprocess.Popen[Any], url: str, seconds: float, name:
         if process.poll() is not None:
             raise RuntimeError(f"{name} exited {process.returncode}: {log_tail()}")
         try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
+            answered = httpx.get(url, timeout=2).status_code == 200
         except httpx.HTTPError:
-            pass
+            answered = False  # not listening yet
+        if answered:
+            return
         time.sleep(poll_s)  # polling for a condition, bounded by the deadline
     raise RuntimeError(f"{name} not healthy after {seconds:.0f} s: {log_tail()}")

@@ -21,7 +21,7 @@ import numpy as np
 from monitor.config import HistorySettings
 from monitor.history.store import DAY, SLOTS, STEP, StoredDay, empty_day, series_key
 from monitor.rulefiles.expr import Labels, Matcher, Sample, Selector, parse
-from monitor.rulefiles.promql import Track, TrendExpr
+from monitor.rulefiles.promql import Track, TrendExpr, points_between
 from monitor.rulefiles.rules import RuleSet
 
 
@@ -60,6 +60,8 @@ class HistoryKeeper:
         self._series: dict[str, _Series] = {}
         self._by_name: dict[str, list[str]] = {}
         self._dirty: set[tuple[str, int]] = set()
+        self._open_end: float | None = None  # the bucket the last tick fell in (its series are open)
+        self._by_labels: dict[int, tuple[Labels, _Series | None]] = {}  # the last tick's label dicts
         self.points = 0  # points closed since start (a new one: the trend rules have something new)
 
     @property
@@ -80,17 +82,25 @@ class HistoryKeeper:
     # --- recording ----------------------------------------------------------------------------
 
     def observe(self, samples: Mapping[str, Sequence[Sample]], ts: float) -> int:
-        """Take one tick's samples at `ts`; returns how many points closed (buckets ended before it)."""
+        """Take one tick's samples at `ts`; returns how many points closed (buckets ended before it).
+
+        A reader of page after page hands the same label dicts every tick: which series a label
+        dict is (or that it is none the history keeps) is looked up by its identity, and worked
+        out (matchers, the series' key) only for a label dict not seen at the last tick."""
         end = math.ceil(ts / STEP) * STEP
-        closed = self._close_before(end)
+        closed = self._close_before(end) if end != self._open_end else 0
+        self._open_end = end
+        known, self._by_labels = self._by_labels, {}
         for name, wanted in self.wanted.items():
             for labels, value in samples.get(name, ()):
-                if math.isnan(value):
+                kept = known.get(id(labels))
+                if kept is None or kept[0] is not labels:
+                    matched = [w for w in wanted if w.matches(labels)]
+                    kept = (labels, self._get(name, labels, self._keep(matched)) if matched else None)
+                self._by_labels[id(labels)] = kept  # holding `labels` keeps its id its own
+                series = kept[1]
+                if series is None or math.isnan(value):
                     continue
-                matched = [w for w in wanted if w.matches(labels)]
-                if not matched:
-                    continue
-                series = self._get(name, labels, self._keep(matched))
                 if series.bucket_end != end:
                     series.bucket_end, series.total, series.count = end, 0.0, 0
                 series.total += value
@@ -260,8 +270,8 @@ def week_over_week(history: HistoryKeeper, name: str, match: Mapping[str, str], 
     for track in history.tracks(name):
         if any(track.labels.get(k) != v for k, v in match.items()):
             continue
-        now_values.append(_between(track, at - recent, at))
-        then_values.append(_between(track, at - back - recent, at - back))
+        now_values.append(points_between(track, at - recent, at)[1])
+        then_values.append(points_between(track, at - back - recent, at - back)[1])
     now = np.concatenate(now_values) if now_values else np.empty(0)
     then = np.concatenate(then_values) if then_values else np.empty(0)
     if not len(now) or not len(then):
@@ -270,8 +280,3 @@ def week_over_week(history: HistoryKeeper, name: str, match: Mapping[str, str], 
     if base == 0:
         return 1.0 if current == 0 else math.inf
     return current / base
-
-
-def _between(track: Track, start: float, end: float) -> np.ndarray:
-    lo, hi = np.searchsorted(track.ts, start, side="left"), np.searchsorted(track.ts, end, side="right")
-    return track.values[lo:hi]

@@ -332,7 +332,7 @@ class ReplayNvml:
         self._registered.add(handle)
 
     def nvmlEventSetFree(self, event_set: str) -> None:
-        pass
+        """A replayed event set holds nothing to free (NVML's frees its driver handle)."""
 
     def nvmlEventSetWait_v2(self, event_set: str, timeout_ms: int) -> SimpleNamespace:
         # Polls on the wall clock (the playback clock may be a test's): NVML blocks the same way.

@@ -107,7 +107,8 @@ def _instant(track: Track, at: float) -> float | None:
     return float(track.values[end - 1])
 
 
-def _window(track: Track, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
+def points_between(track: Track, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
+    """The track's points in [start, end] (a range selector's, Prometheus 2.x: both ends in)."""
     lo = int(np.searchsorted(track.ts, start, side="left"))
     hi = int(np.searchsorted(track.ts, end, side="right"))
     return track.ts[lo:hi], track.values[lo:hi]
@@ -360,7 +361,7 @@ def _call(node: _Call, history: History, ts: float) -> Vector:
     parameter = [_scalar(a, history, ts) for a in node.args if a is not selector]
     out: Vector = []
     for track in selector.tracks(history):
-        times, values = _window(track, start, end)
+        times, values = points_between(track, start, end)
         value = _over_time(node.name, times, values, parameter, ts)
         if value is not None:  # last_over_time keeps the metric name, as in Prometheus
             out.append((track.labels if node.name == "last_over_time" else _without_name(track.labels), value))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from monitor.history.store import DAY, SLOTS, STEP, StoredDay
+from monitor.sim.week import growth, rhythm, step
 
 __all__ = ["DAY", "WEEK", "World", "creeping", "openmetrics", "seasonal", "stepped", "stored_days"]
 
@@ -25,20 +26,18 @@ LabelTuple = tuple[tuple[str, str], ...]
 
 def seasonal(base: float, day_swing: float = 0.3, weekend: float = 0.8) -> Callable[[float], float]:
     """A value that follows the hour of the day and the day of the week, the same every week."""
-    def value(t: float) -> float:
-        hour = (t % DAY) / DAY
-        weekday = int(t // DAY + 3) % 7  # 1970-01-01 was a Thursday: 0 is Monday
-        return base * (1 + day_swing * math.sin(2 * math.pi * (hour - 0.25))) * (weekend if weekday >= 5 else 1.0)
-    return value
+    return rhythm(base, day_swing, weekend)
 
 
 def creeping(shape: Callable[[float], float], start: float, per_day: float) -> Callable[[float], float]:
     """`shape`, growing by `per_day` (0.04: +4 %) a day, compounded, from `start` on."""
-    return lambda t: shape(t) * (1 + per_day) ** (max(0.0, t - start) / DAY)
+    grown = growth(per_day, start)
+    return lambda t: shape(t) * grown(t)
 
 
 def stepped(shape: Callable[[float], float], at: float, factor: float) -> Callable[[float], float]:
-    return lambda t: shape(t) * (factor if t >= at else 1.0)
+    stepped_up = step(factor, at)
+    return lambda t: shape(t) * stepped_up(t)
 
 
 @dataclass(frozen=True)
