@@ -49,6 +49,7 @@ from monitor.sim.judge import create_judge_app
 from monitor.sim.load import LoadConfig
 from monitor.sim.quality_feed import simulated_history
 from monitor.sim.server import InLoopServer, serve_in_loop
+from monitor.sim.tiers import HostTier, MoeProfile, PdSplit
 
 # What a scenario can break: the simulator's own faults, and two it cannot show itself.
 Fault = tuple[FaultKind | Literal["gpu_lost", "judge_failing", "gpu_memory_error", "judge_random", "judge_harsh",
@@ -97,7 +98,7 @@ class Scenario:
     cause: str | None = None  # the probable cause it must name (the id before the colon)
     allow: frozenset[str] = frozenset()  # true alerts of the same fault, neither required nor false
     healthy_s: float = 120.0  # monitor seconds before the fault
-    engine: tuple[tuple[str, int], ...] = ()  # EngineConfig fields other than the demo's
+    engine: tuple[tuple[str, Any], ...] = ()  # EngineConfig fields other than the demo's
     # `unknown` is an honest answer here, a wrong cause never is: when TTFTP99High fires, the
     # simulator has often preempted its way back under the 90 % KV-cache fact (kv_pressure).
     unknown_ok: bool = False
@@ -110,6 +111,7 @@ class Scenario:
     # Alerts true of the simulated world whatever the fault, in any phase: shown, neither required
     # nor false, and not waited for to resolve.
     world: frozenset[str] = frozenset()
+    rps: float = DEMO_RPS  # the load's rate (the world's requests a second)
 
 
 # A slower engine also generates fewer tokens: ThroughputDrop is a true alert of these faults.
@@ -130,10 +132,15 @@ HELD_IDLE = frozenset({"GPUUtilizationLow"})
 # to play the recording's busy part).
 IDLE_GPU = frozenset({"CostIdleSpendHigh"})
 
+# The serving shapes (monitor.sim.tiers), each on SGLang's page.
+KV_TIER: tuple[tuple[str, Any], ...] = (("host_tier", HostTier()), ("page", "sglang"))
+PD_SPLIT: tuple[tuple[str, Any], ...] = (("pd", PdSplit()), ("page", "sglang"))
+MOE: tuple[tuple[str, Any], ...] = (("moe", MoeProfile()), ("page", "sglang"))
+
 # One row per fault; the GPU holds are the demo's slots (monitor.sim.faults.demo_schedule).
 SCENARIOS: tuple[Scenario, ...] = (
     # 25 %, not the demo's 5 %: at 45x a 1-min window holds ~8 requests, and at 5 % the alert fired in
-    # some runs, resolved within the fault in others (the measured table in the README is at 25 %).
+    # some runs, resolved within the fault in others (the measured table in docs/scorecard.md is at 25 %).
     Scenario("error_burst", "25 % of requests fail with HTTP 500",
              (("error_burst", 0.25), ("gpu_hold", GPU_IDLE)), "ErrorRateHigh", "engine_errors"),
     # The demo's 0.4 % fills under its fuller load (long-prompt bursts, the quality feed); 0.1 % here.
@@ -188,6 +195,32 @@ SCENARIOS: tuple[Scenario, ...] = (
              allow=frozenset({"QualityScoreLow", "QualityOutputLengthDrift", "QualityOutputLengthMeanShift"})),
     Scenario("engine_unrecognised", "the page answers 200 with families no engine table knows",
              (("engine_unrecognised", 1.0),), "TargetEngineUnrecognized", "engine_unrecognised"),
+    # KV tiers, P/D and MoE (#45): the simulator with the serving shape on SGLang's page (the engine that prints
+    # a swap-back histogram and the experts' balancedness). Their rules wait 5-15 minutes (alerts/kv.yml).
+    # The demo's prompts are short (20-200 words: a swap-back of ~100 tokens takes ~1.3 ms on the modelled
+    # 50 GB/s link): a link 100x slower puts the P99 well over the 50 ms budget, and the first tokens with it.
+    Scenario("slow_kv_tier", "host -> GPU swap-backs 100x slower (a contended host link)",
+             (("slow_kv_tier", 100.0),), "KVSwapBackSlow", "kv_swap_back", allow=frozenset({"TTFTP99High"}) | MISSED,
+             engine=KV_TIER, fault_max_s=1500.0),
+    # Thrashing needs over 1 load/s in the monitor's time: at 5x, 16 world requests a second (all revisits; at
+    # 10x and 20 a second the load fell behind beside the other builds and the rule's 15 minutes never held),
+    # with room for the ~60 they keep running. The GPU held idle as in the demo's slots: the world's GPU
+    # otherwise plays its power-capped part and the cause reads gpu_throttling, true of that GPU).
+    Scenario("kv_tier_thrash", "the GPU keeps 5 % of its prefix hits: each turn evicted to host memory, loaded back",
+             (("kv_tier_thrash", 0.05), ("gpu_hold", GPU_IDLE)), "KVTierThrashing", "kv_tier_thrashing",
+             engine=(*KV_TIER, ("max_num_seqs", 256)), fault_max_s=1500.0, max_speed=5.0, rps=16.0,
+             world=HELD_IDLE),  # the idle hold outlasts GPUUtilizationLow's `for`, and at 5x its 5-min hold too
+    Scenario("pd_transfer_fail", "30 % of the P/D KV transfers fail (the decode side recomputes)",
+             (("pd_transfer_fail", 0.3),), "PDTransferFailing", "pd_transfer", engine=PD_SPLIT, fault_max_s=1500.0),
+    Scenario("pd_transfer_slow", "P/D KV transfers 30x slower: over half of TTFT",
+             (("pd_transfer_slow", 30.0),), "PDTransferShareHigh", "pd_transfer", allow=frozenset({"TTFTP99High"}),
+             engine=PD_SPLIT, fault_max_s=1500.0),
+    # Decode 1.6x slower, room for the longer-running requests, the GPU held idle (it otherwise plays its
+    # power-capped part and the cause reads gpu_throttling, true of that GPU).
+    Scenario("moe_imbalance", "one EP rank gets the hot experts: balancedness halved, decode 1.6x slower",
+             (("moe_imbalance", 0.5), ("gpu_hold", GPU_IDLE)), "MoEExpertImbalance", "moe_imbalance",
+             allow=SLOWER | SLOW_DECODE | MISSED, engine=(*MOE, ("max_num_seqs", 256)), fault_max_s=1500.0,
+             world=HELD_IDLE),
     Scenario("gpu_lost", "the target's GPU answers NVML_ERROR_GPU_IS_LOST",
              (("gpu_lost", 1.0),), "GPUDown", "gpu_lost"),
     # XID 48 through NVML's event API, an uncorrectable ECC error and the row remap it left pending;
@@ -201,6 +234,20 @@ SCENARIOS: tuple[Scenario, ...] = (
 # stretch read as 62 % of the baseline: a false ThroughputDrop 545 s into the healthy run. At 10x
 # it holds 6 s (~24 requests). The bench's healthy run goes at 1x (`--healthy-speed`).
 HEALTHY = Scenario("healthy", "none: the demo's load for the whole run", healthy_s=600.0, max_speed=10.0)
+# The serving shapes healthy (#45): their rules stay quiet (and every other rule, as in the healthy run).
+QUIET: tuple[Scenario, ...] = (
+    Scenario("healthy_kv_tier", "none: the demo's load, a host KV tier on", healthy_s=600.0, max_speed=10.0,
+             engine=KV_TIER),
+    Scenario("healthy_pd", "none: the demo's load, the decode side of a P/D split", healthy_s=600.0,
+             max_speed=10.0, engine=PD_SPLIT),
+    Scenario("healthy_moe", "none: the demo's load, an MoE model", healthy_s=600.0, max_speed=10.0, engine=MOE),
+)
+# The three at once, one world: the suite's quiet row (the bench's scorecard runs each of QUIET).
+ALL_SHAPES = Scenario("healthy_shapes", "none: the demo's load, an MoE model with a host KV tier, the decode side "
+                      "of a P/D split", healthy_s=600.0, max_speed=10.0,
+                      engine=(*KV_TIER, *PD_SPLIT[:1], *MOE[:1]))
+# Rows the suite leaves to `python -m bench.scorecard`: thrashing runs at 5x (over 1 load/s), ~5 real minutes.
+BENCH_ONLY = frozenset({"kv_tier_thrash"})
 
 
 @dataclass
@@ -350,8 +397,8 @@ class World:
     """One scenario's running parts: simulator, load, judge, monitor, and the switches of each fault."""
 
     def __init__(self, speed: float, scratch: Path, quality: bool, engine: dict[str, Any] | None = None,
-                 scrape_s: float = SCRAPE_S, baseline_window: str = BASELINE_WINDOW) -> None:
-        self.speed, self.scrape_s, self.baseline_window = speed, scrape_s, baseline_window
+                 scrape_s: float = SCRAPE_S, baseline_window: str = BASELINE_WINDOW, rps: float = DEMO_RPS) -> None:
+        self.speed, self.scrape_s, self.baseline_window, self.rps = speed, scrape_s, baseline_window, rps
         self.clock = CompressedClock(speed)
         self.recorder = Recorder(self.clock)
         self.engine = SimulatedEngine(EngineConfig(**{"max_num_seqs": DEMO_MAX_NUM_SEQS, **(engine or {})}),
@@ -386,7 +433,7 @@ class World:
         if replay is not None:  # an H200 reports ECC, remapped rows and PCIe replays: all 0 while healthy
             replay.inject_fault(0, None, {})
         # Slices of a second each; a slice's requests run to their end (queued ones too), as users wait.
-        load = LoadConfig(rps=DEMO_RPS, duration_s=86400.0, max_tokens=(32, 256), drain_timeout_s=120.0)
+        load = LoadConfig(rps=self.rps, duration_s=86400.0, max_tokens=(32, 256), drain_timeout_s=120.0)
         self.tasks.append(asyncio.create_task(scheduled_load(self.server.url, self.engine, load, slice_s=1.0)))
         if self.quality:
             await self._rerun()
@@ -413,7 +460,9 @@ class World:
         if not self.samples_added:
             self.samples_added = True
             tomorrow = (datetime.fromisoformat(day) + timedelta(days=1)).date().isoformat()
-            answers = simulated_history(self.engine.model_name, tomorrow, 1, JUDGE_SAMPLES, zone)
+            # The history's old fixed lengths: the judge simulator's scores are drawn by a hash of the
+            # text, and these 40 answers are the ones the quality rows were set against.
+            answers = simulated_history(self.engine.model_name, tomorrow, 1, JUDGE_SAMPLES, zone, tokens=(32, 200))
             # The day before: the same answers (a model that did not change), judged by the same judge
             # first, so today's run has its one-day baseline (judge_harsh compares the judges).
             before = [replace(s, timestamp=s.timestamp - 86400.0, request_id=f"before-{s.request_id}") for s in answers]
@@ -519,7 +568,8 @@ async def run_scenario(scenario: Scenario, speed: float = 10.0, scrape_s: float 
     quality = any(kind in JUDGE_FAULTS for kind, _ in scenario.faults)
     with tempfile.TemporaryDirectory(prefix=f"infermon-scorecard-{scenario.name}-") as scratch:
         speed = min(speed, scenario.max_speed or speed)
-        world = World(speed, Path(scratch), quality, dict(scenario.engine), scrape_s, scenario.baseline_window)
+        world = World(speed, Path(scratch), quality, dict(scenario.engine), scrape_s, scenario.baseline_window,
+                      scenario.rps)
         fault_max_s = max(fault_max_s, scenario.fault_max_s or 0.0)
         outcome = Outcome(scenario)
         try:

@@ -203,7 +203,11 @@ class SyntheticRequests(Sequence[Request]):
             raise IndexError(index)
         rng = random.Random(f"{self.seed}/{index}")
         cls = self.scenario.classes[rng.choices(range(len(self._weights)), self._weights)[0]]
-        text = f"{_salad(rng, cls.input_tokens)} ({index})"
+        if self.scenario.sessions:  # one session's prefix (made from its number alone), then a new turn
+            session = rng.randrange(self.scenario.sessions)
+            text = f"{_salad(random.Random(f'{self.seed}/session/{cls.name}/{session}'), cls.input_tokens)} ({index})"
+        else:
+            text = f"{_salad(rng, cls.input_tokens)} ({index})"
         return Request(({"role": "user", "content": text},), estimate_tokens(text), cls.output_tokens, cls.name)
 
 

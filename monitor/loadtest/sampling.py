@@ -35,7 +35,7 @@ from monitor.infra.replay import ReplayNvml, load_trace
 from monitor.loadtest.conditions import MODELS_KEPT, PROBE_MAX_BYTES, PROBE_TIMEOUT_S, cut
 from monitor.promtext import Parser, check_text
 from monitor.scrape import ScrapeError, fetch_page
-from monitor.service.derive import Objectives, Window, stats_from_rates, window_rates
+from monitor.service.derive import Objectives, Window, WindowStats, stats_from_rates, window_rates
 from monitor.service.engines import EngineSpec, detect
 from monitor.service.extract import Snapshot, extract
 from monitor.service.series import SeriesStore
@@ -330,23 +330,35 @@ def engine_figures(start: Snapshot | None, end: Snapshot | None, objectives: Obj
         "tpot_s": quantiles.get("tpot", {}),
         # prompt tokens the engine found in its prefix cache / looked up: a cached benchmark says so
         "prefix_cache_hit_ratio": stats.prefix_cache_hit_ratio,
-        "below_first_bound_s": below_first_bound(rates.buckets),
+        # {"queue_s": 0.3}: the histograms whose every observation of the window fell in the first
+        # bucket, and its bound (the service layer's `below_first_bound`): a reader shows "< 300 ms"
+        "below_first_bound_s": {f"{metric}_s": bound for metric, bound in stats.below_first_bound.items()
+                                if metric in ("ttft", "queue", "tpot")},
+        **serving_figures(stats, quantiles, seconds),
     }
 
 
-def below_first_bound(buckets: dict[str, dict[float, float]]) -> dict[str, float]:
-    """{"ttft_s": 0.001, ...}: the histograms whose every observation of the window fell in the
-    first bucket, and that bucket's bound. histogram_quantile() then answers a share of the bound
-    (P50: half of it), which is kept; a reader shows "< bound", what the page actually says."""
-    out = {}
-    for metric in ("ttft", "queue", "tpot"):
-        le_rates = buckets.get(metric)
-        if not le_rates:
-            continue
-        finite = [le for le in le_rates if le != float("inf")]
-        total = le_rates.get(float("inf"), max(le_rates.values()))
-        if finite and total > 0 and le_rates[min(finite)] >= total * (1 - 1e-9):
-            out[f"{metric}_s"] = min(finite)
+def serving_figures(stats: WindowStats, quantiles: dict[str, dict[str, float]], seconds: float) -> dict[str, Any]:
+    """The serving shapes' numbers for the window, where the page has them (the operators' hypotheses,
+    monitor.loadtest.hypotheses): per KV tier the swap-back (load) and swap-out (store) quantiles and
+    the tier's rates and ratios; the P/D transfer's quantiles, share of TTFT and failures; the MoE
+    experts' mean balancedness."""
+    tiers: dict[str, dict[str, Any]] = {tier: dict(numbers) for tier, numbers in stats.kv_tiers.items()}
+    for metric, values in quantiles.items():
+        kind, slash, tier = metric.partition("/")
+        if slash and kind in ("kv_load", "kv_store"):
+            tiers.setdefault(tier, {})[f"{kind.removeprefix('kv_')}_s"] = values
+    out: dict[str, Any] = {}
+    if tiers:
+        out["kv_tiers"] = tiers
+    if "pd_transfer" in quantiles or stats.pd_transfer_failures_per_second is not None:
+        out["pd"] = {"transfer_s": quantiles.get("pd_transfer", {}),
+                     "transfer_ttft_share_ratio": stats.pd_transfer_ttft_share_ratio,
+                     "transfer_failures": _times(stats.pd_transfer_failures_per_second, seconds)}
+    if stats.moe_expert_balancedness_ratio is not None:
+        out["moe_balancedness_ratio"] = stats.moe_expert_balancedness_ratio
+    if stats.external_prefix_cache_hit_ratio is not None:
+        out["external_prefix_cache_hit_ratio"] = stats.external_prefix_cache_hit_ratio
     return out
 
 

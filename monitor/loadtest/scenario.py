@@ -3,6 +3,9 @@
     chat    ≈200 input / 100 output tokens, many concurrent users (latency: P99 TTFT < 500 ms)
     batch   ≈5,000 input / 2,000 output tokens, ~10 concurrent (throughput)
     mixed   four chat requests to one batch request
+    long-context  8k-32k input tokens / 200 output, 24 sessions that each revisit their prefix: a KV
+            cache that cannot hold them all swaps back or recomputes (the KV-tiering hypothesis)
+    moe     chat lengths at rising load, for an MoE model's expert balance (the MoE hypothesis)
 
 A scenario file (JSON or YAML) spells the same thing out:
 
@@ -10,6 +13,7 @@ A scenario file (JSON or YAML) spells the same thing out:
     classes: [{name: short, share: 0.9, input_tokens: 150, output_tokens: 80},
               {name: long, share: 0.1, input_tokens: 3000, output_tokens: 600}]
     concurrency: [1, 16, 64]
+    sessions: 24        # optional: requests revisit one of 24 prefixes per class (0: every prompt new)
 """
 
 from __future__ import annotations
@@ -39,9 +43,17 @@ class Scenario:
     name: str
     classes: tuple[RequestClass, ...]
     concurrency: tuple[int, ...]  # the levels a run steps through unless --concurrency/--rate say otherwise
+    # Sessions per class whose prompts each request continues (a long conversation, an agent's context):
+    # a request is one session's prefix plus a new turn. 0: every prompt is new.
+    sessions: int = 0
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "classes": [vars(c) for c in self.classes], "concurrency": list(self.concurrency)}
+        """Its name and classes: a result records the levels that ran (`workload.levels`), not the
+        scenario's default ones, which ran only when no --concurrency/--rate was given."""
+        described: dict[str, Any] = {"name": self.name, "classes": [vars(c) for c in self.classes]}
+        if self.sessions:
+            described["sessions"] = self.sessions
+        return described
 
 
 _CHAT = RequestClass("chat", 1.0, 200, 100)
@@ -51,6 +63,9 @@ BUILT_IN: dict[str, Scenario] = {
     "batch": Scenario("batch", (_BATCH,), (1, 4, 10)),
     "mixed": Scenario("mixed", (RequestClass("chat", 0.8, 200, 100), RequestClass("batch", 0.2, 5000, 2000)),
                       (1, 8, 32)),
+    "long-context": Scenario("long-context", (RequestClass("8k", 0.5, 8000, 200), RequestClass("16k", 0.3, 16000, 200),
+                                              RequestClass("32k", 0.2, 32000, 200)), (1, 4, 8), sessions=24),
+    "moe": Scenario("moe", (_CHAT,), (1, 8, 32, 64)),
 }
 
 
@@ -84,4 +99,7 @@ def _parse(data: Any, where: str) -> Scenario:
     levels = data.get("concurrency", [1, 8, 32])
     if not isinstance(levels, list) or not all(isinstance(c, int) and c >= 1 for c in levels) or not levels:
         raise ScenarioError(f"{where}: concurrency must be a list of positive integers")
-    return Scenario(str(data.get("name", Path(where).stem)), tuple(classes), tuple(levels))
+    sessions = data.get("sessions", 0)
+    if not isinstance(sessions, int) or isinstance(sessions, bool) or sessions < 0:
+        raise ScenarioError(f"{where}: sessions must be a whole number >= 0")
+    return Scenario(str(data.get("name", Path(where).stem)), tuple(classes), tuple(levels), sessions)

@@ -101,6 +101,18 @@ class EngineSpec:
     # Counters kept per one label's values (vLLM's accepted draft tokens per position): our metric ->
     # (selector, label); the snapshot holds one counter per value, named "metric/value".
     counters_by: dict[str, tuple[Selector, str]] = field(default_factory=dict)
+    # Histograms whose bounds are not in seconds (SGLang's kv_transfer_latency_ms): ours -> factor
+    # that turns a bound into seconds. Quantiles interpolate linearly, so scaling the bounds scales
+    # histogram_quantile's answer by the same factor.
+    histogram_scale: dict[str, float] = field(default_factory=dict)
+    # Counters read only where another of the table's counters is on the page (ours -> that one, listed
+    # before it): the TTFT's sum and count serve the P/D transfer's share of TTFT only, and every
+    # engine without P/D would keep them for nothing.
+    only_with: dict[str, str] = field(default_factory=dict)
+    # Counters whose selectors are spellings of one family, not parts of it: the first with a series on
+    # the page is read, the others not (a vLLM CPU tier prints its split load/store families and the
+    # older transfer_type ones side by side: summed, every byte would count twice).
+    first_of: frozenset[str] = frozenset()
     wanted: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -225,13 +237,53 @@ _VLLM_RANK_GAUGES = {
     "rank_waiting": GaugeSpec(("vllm:num_requests_waiting",), by="engine"),
 }
 
+# KV-cache tiers, P/D transfer and MoE balance (docs/engines.md, "Tiers, P/D and MoE"). Our names
+# carry the tier after a '/' ("kv_load/host"); the derivation and the render split on it. A fixed
+# tier where the engine has one (vLLM's CPU offloading connector, SGLang's HiCache host pool: "host"),
+# the engine's own `tier` label where it has several (vLLM's multi-tier offloading: "1:fs", ...).
+def _offload(ours: str, split: str, transfer_type: str) -> tuple[Selector, Selector]:
+    """One of vLLM's OffloadingConnector families: its split load/store spelling (later releases) and
+    the older one labelled by transfer_type, which the CPU tier goes on printing beside it: alternatives
+    (`first_of`), the split one first."""
+    by_type = (("transfer_type", transfer_type),)
+    return Selector(f"vllm:kv_offload_{ours}"), Selector(f"vllm:kv_offload_{split}", by_type)
+
+
+_VLLM_KV_TIERS: dict[str, tuple[Selector, ...]] = {
+    "kv_load_bytes/host": _offload("load_bytes_total", "total_bytes_total", "CPU_to_GPU"),
+    "kv_store_bytes/host": _offload("store_bytes_total", "total_bytes_total", "GPU_to_CPU"),
+    "kv_load_time/host": _offload("load_time_total", "total_time_total", "CPU_to_GPU"),
+    # Loads: the transfer-size histogram's count (one observation per transfer).
+    "kv_loads/host": _offload("load_size_count", "size_count", "CPU_to_GPU"),
+    # A KV connector's cross-instance cache (LMCache, NIXL P2P): prompt tokens looked up / found.
+    "external_prefix_hits": (Selector("vllm:external_prefix_cache_hits_total"),),
+    "external_prefix_queries": (Selector("vllm:external_prefix_cache_queries_total"),),
+    # P/D over NIXL (the decode side pulls the prefill's KV): time and bytes per transfer, failures.
+    "pd_transfer_seconds_sum": (Selector("vllm:nixl_xfer_time_seconds_sum"),),
+    "pd_transfer_count": (Selector("vllm:nixl_xfer_time_seconds_count"),),
+    "pd_transfer_bytes": (Selector("vllm:nixl_bytes_transferred_sum"),),
+    "pd_transfer_failures": (Selector("vllm:nixl_num_failed_transfers_total"),),
+    "ttft_sum": (Selector("vllm:time_to_first_token_seconds_sum"),),
+    "ttft_count": (Selector("vllm:time_to_first_token_seconds_count"),),
+}
+_PD_ONLY = {"ttft_sum": "pd_transfer_count", "ttft_count": "pd_transfer_count"}
+# Multi-tier offloading (vllm/v1/kv_offload/tiering): per `tier` ("0:primary" is the CPU tier the
+# others promote into, "1:<type>" the first secondary tier); reads are loads toward the GPU.
+_VLLM_TIERING = {
+    "kv_tier_hits": (Selector("vllm:kv_offload_tiering_chunk_hits_total"), "tier"),
+    "kv_tier_queries": (Selector("vllm:kv_offload_tiering_chunk_queries_total"), "tier"),
+    "kv_load_bytes": (Selector("vllm:kv_offload_tiering_read_bytes_total"), "tier"),
+    "kv_store_bytes": (Selector("vllm:kv_offload_tiering_write_bytes_total"), "tier"),
+    "kv_load_time": (Selector("vllm:kv_offload_tiering_read_time_total"), "tier"),
+}
+
 VLLM_V1 = EngineSpec(
     engine="vllm",
     generation="v1",
     markers=("vllm:kv_cache_usage_perc",),
     model_label="model_name",
-    counters={**_VLLM_COUNTERS, **_VLLM_V1_PREFIX_CACHE, **_VLLM_V1_WORK},
-    counters_by=_VLLM_PER_POSITION,
+    counters={**_VLLM_COUNTERS, **_VLLM_V1_PREFIX_CACHE, **_VLLM_V1_WORK, **_VLLM_KV_TIERS},
+    counters_by={**_VLLM_PER_POSITION, **_VLLM_TIERING},
     histograms={
         "ttft": ("vllm:time_to_first_token_seconds",),
         # Per-request time per output token; older V1 pages only have the inter-token latency
@@ -251,6 +303,9 @@ VLLM_V1 = EngineSpec(
         "generation_len": ("vllm:request_generation_tokens",),
         # Times each finished request was preempted (>= 0.32; its first bucket is le="1").
         "request_preemptions": ("vllm:request_num_preemptions",),
+        # NIXL's transfer time (P/D decode side; buckets 5 ms .. 5 s). The CPU offloading connector
+        # has no latency histogram: its mean time per transfer is the counters' ratio.
+        "pd_transfer": ("vllm:nixl_xfer_time_seconds",),
     },
     gauges={
         **_VLLM_GAUGES_COMMON,
@@ -263,8 +318,12 @@ VLLM_V1 = EngineSpec(
         # Sleep mode (--enable-sleep-mode): one series per state, 1.0 on the engine's current one.
         "sleep_state": GaugeSpec(("vllm:engine_sleep_state",), by="sleep_state"),
     },
-    # Speculative decoding only when configured; waiting reasons and sleep states from 0.33 on.
-    optional=SPEC_DECODE | frozenset(_VLLM_V1_WORK) | {"waiting_by_reason", "sleep_state", "request_preemptions"},
+    # Speculative decoding only when configured; waiting reasons and sleep states from 0.33 on; KV
+    # offloading and P/D with a KV connector only.
+    only_with=_PD_ONLY,
+    first_of=frozenset(key for key, selectors in _VLLM_KV_TIERS.items() if len(selectors) > 1),
+    optional=SPEC_DECODE | frozenset(_VLLM_V1_WORK) | frozenset(_VLLM_KV_TIERS) | {"pd_transfer"}
+    | {"waiting_by_reason", "sleep_state", "request_preemptions"},
     lora_info="vllm:lora_requests_info",
     notes=(
         "vLLM >= 0.9.2 (kv_cache_usage_perc): labels engine + model_name; one API server: _created "
@@ -310,6 +369,30 @@ VLLM_V0 = EngineSpec(
     upstream="legacy",
 )
 
+_SGLANG_KV_TIERS: dict[str, tuple[Selector, ...]] = {
+    # HiCache: tokens (and, in later releases, bytes) moved host -> GPU and GPU -> host.
+    "kv_load_tokens/host": (Selector("sglang:load_back_tokens_total"),),
+    "kv_load_bytes/host": (Selector("sglang:load_back_bytes_total"),),
+    "kv_store_tokens/host": (Selector("sglang:hicache_backup_tokens_total"),),
+    "kv_store_bytes/host": (Selector("sglang:hicache_backup_bytes_total"),),
+    "kv_evicted_tokens/host": (Selector("sglang:evicted_tokens_total"),),
+    # Operations: the duration histograms' counts; time: their sums.
+    "kv_loads/host": (Selector("sglang:load_back_duration_seconds_count"),),
+    "kv_load_time/host": (Selector("sglang:load_back_duration_seconds_sum"),),
+    "kv_evictions/host": (Selector("sglang:eviction_duration_seconds_count"),),
+    # P/D: failed transfers and bootstraps (both lose the request's KV), mean transfer time in ms.
+    "pd_transfer_failures": (Selector("sglang:num_transfer_failed_reqs_total"),
+                             Selector("sglang:num_bootstrap_failed_reqs_total")),
+    "pd_transfer_ms_sum": (Selector("sglang:kv_transfer_latency_ms_sum"),),
+    "pd_transfer_count": (Selector("sglang:kv_transfer_latency_ms_count"),),
+    "ttft_sum": (Selector("sglang:time_to_first_token_seconds_sum"),),
+    "ttft_count": (Selector("sglang:time_to_first_token_seconds_count"),),
+    # EPLB (SGLANG_ENABLE_EPLB_BALANCEDNESS_METRIC): a Summary per forward mode, mean over layers
+    # of mean / max load per GPU; its sum over its count is the window's mean balancedness.
+    "moe_balancedness_sum": (Selector("sglang:eplb_balancedness_sum"),),
+    "moe_balancedness_count": (Selector("sglang:eplb_balancedness_count"),),
+}
+
 SGLANG = EngineSpec(
     engine="sglang",
     generation="v0.4+",
@@ -338,6 +421,7 @@ SGLANG = EngineSpec(
         # appears after the first retraction (the older num_retracted_reqs is a per-interval gauge).
         "preemptions": (Selector("sglang:num_retracted_requests_total"),),
         "aborts": (Selector("sglang:num_aborted_requests_total"),),
+        **_SGLANG_KV_TIERS,
     },
     histograms={
         "ttft": ("sglang:time_to_first_token_seconds",),
@@ -352,7 +436,15 @@ SGLANG = EngineSpec(
         "queue": ("sglang:queue_time_seconds",),
         "prompt_len": ("sglang:prompt_tokens_histogram",),
         "generation_len": ("sglang:generation_tokens_histogram",),
+        # HiCache (--enable-hierarchical-cache): host memory -> GPU (load back), GPU -> host (the
+        # write-through backup of later releases, else the eviction's copy); buckets 1 ms .. 1 s.
+        "kv_load/host": ("sglang:load_back_duration_seconds",),
+        "kv_store/host": ("sglang:hicache_backup_duration_seconds", "sglang:eviction_duration_seconds"),
+        # P/D (--disaggregation-mode): one KV transfer, in ms (a gauge in releases before 0.5).
+        "pd_transfer": ("sglang:kv_transfer_latency_ms",),
     },
+    histogram_scale={"pd_transfer": 1e-3},
+    only_with=_PD_ONLY,
     gauges={
         # One series per data-parallel rank (dp_rank): replicas, summed.
         "running": GaugeSpec(("sglang:num_running_reqs",)),
@@ -366,8 +458,13 @@ SGLANG = EngineSpec(
         # counters to rate): mean accepted length per step and accepted / drafted, averaged over ranks.
         "spec_accept_length": GaugeSpec(("sglang:spec_accept_length",), combine="mean"),
         "spec_accept_rate": GaugeSpec(("sglang:spec_accept_rate",), combine="mean"),
+        # HiCache's host pool: tokens held and its capacity, summed over ranks (usage = used / total).
+        "kv_tier_used/host": GaugeSpec(("sglang:hicache_host_used_tokens",)),
+        "kv_tier_capacity/host": GaugeSpec(("sglang:hicache_host_total_tokens",)),
     },
-    optional=frozenset({"spec_accept_length", "spec_accept_rate"}),  # with speculative decoding only
+    # With speculative decoding, HiCache, P/D or EPLB only.
+    optional=frozenset({"spec_accept_length", "spec_accept_rate", "kv_load/host", "kv_store/host", "pd_transfer",
+                        "kv_tier_used/host", "kv_tier_capacity/host", *_SGLANG_KV_TIERS}),
     notes=(
         "sgl-project/sglang srt/metrics/collector.py (now srt/observability/metrics_collector.py); "
         "always prometheus multiprocess mode. Scheduler labels model_name, engine_type, tp_rank, "
@@ -461,7 +558,80 @@ LLAMACPP = EngineSpec(
     ),
 )
 
-ENGINES: list[EngineSpec] = [VLLM_V1, VLLM_V0, SGLANG, TGI, LLAMACPP]
+DYNAMO_FRONTEND = EngineSpec(
+    engine="dynamo",
+    generation="frontend",
+    # Routers in front of the engines: a fleet behind NVIDIA Dynamo's OpenAI frontend is read in the
+    # same schema (its workers' own pages are vLLM's, SGLang's or TRT-LLM's, each a target of its own).
+    markers=("dynamo_frontend_inflight_requests", "dynamo_frontend_queued_requests", "dynamo_frontend_requests_total"),
+    model_label="model",
+    counters={
+        # Counted when a request's response ends: status "success" or "error" (a client that went
+        # away is error_type="cancelled" in later releases: not the engine's error).
+        "requests": (Selector("dynamo_frontend_requests_total"),),
+        "errors": (Selector("dynamo_frontend_requests_total", (("status", "error"),), (("error_type", "cancelled"),)),),
+        "generation_tokens": (Selector("dynamo_frontend_output_tokens_total"),),
+        "prompt_tokens": (Selector("dynamo_frontend_input_sequence_tokens_sum"),),
+    },
+    histograms={
+        "ttft": ("dynamo_frontend_time_to_first_token_seconds",),
+        # The inter-token latency (ITL): the frontend has no per-request TPOT.
+        "tpot": ("dynamo_frontend_inter_token_latency_seconds",),
+        "e2e": ("dynamo_frontend_request_duration_seconds",),
+        "prompt_len": ("dynamo_frontend_input_sequence_tokens",),
+        "generation_len": ("dynamo_frontend_output_sequence_tokens",),
+    },
+    gauges={
+        "running": GaugeSpec(("dynamo_frontend_inflight_requests",)),
+        # From the handler's start to the first token (prefill included): waiting for service.
+        "waiting": GaugeSpec(("dynamo_frontend_queued_requests",)),
+    },
+    process_labels=(),
+    optional=frozenset({"generation_tokens"}),  # output_tokens_total: later releases
+    notes=(
+        "ai-dynamo/dynamo lib/llm/src/http/service/metrics.rs (the Rust prometheus crate): label model; "
+        "histograms on log-spaced buckets rounded to 2 significant figures (DYN_METRICS_<NAME>_{MIN,MAX,COUNT}); "
+        "DYN_METRICS_PREFIX renames the families (a target's metric_prefix does not cover that)."
+    ),
+)
+
+GAIE_EPP = EngineSpec(
+    engine="gaie-epp",
+    generation="v1",
+    # The Gateway API Inference Extension's endpoint picker (llm-d's router): per InferenceObjective
+    # (`model_name`, the model asked for; `target_model_name`, the one served), and per pool.
+    markers=("inference_objective_request_total", "inference_model_request_total", "inference_pool_ready_pods"),
+    model_label="model_name",
+    counters={
+        # inference_model_* before the InferenceModel API became InferenceObjective (never both).
+        "requests": (Selector("inference_objective_request_total"), Selector("inference_model_request_total")),
+        "errors": (Selector("inference_objective_request_error_total"),
+                   Selector("inference_model_request_error_total")),
+        "prompt_tokens": (Selector("inference_objective_input_tokens_sum"),),
+        "generation_tokens": (Selector("inference_objective_output_tokens_sum"),),
+    },
+    histograms={
+        # NTPOT: the request's latency over its output tokens (TTFT included): the router's TPOT.
+        "tpot": ("inference_objective_normalized_time_per_output_token_seconds",),
+        "e2e": ("inference_objective_request_duration_seconds", "inference_model_request_duration_seconds"),
+        "prompt_len": ("inference_objective_input_tokens",),
+        "generation_len": ("inference_objective_output_tokens",),
+    },
+    gauges={
+        "running": GaugeSpec(("inference_objective_running_requests",)),
+        # Requests queued on the pool's model servers (no model label: the target's `model`).
+        "waiting": GaugeSpec(("inference_pool_per_pod_queue_size",)),
+    },
+    process_labels=(),
+    optional=frozenset({"waiting", "prompt_tokens", "generation_tokens", "prompt_len", "generation_len"}),
+    notes=(
+        "kubernetes-sigs/gateway-api-inference-extension pkg/epp/metrics (client_golang): no TTFT (the "
+        "canary gives it); requests are counted on arrival, errors per error_code; response metrics "
+        "need the response body (Buffered or Streamed body mode, include_usage for streamed vLLM)."
+    ),
+)
+
+ENGINES: list[EngineSpec] = [VLLM_V1, VLLM_V0, SGLANG, TGI, LLAMACPP, DYNAMO_FRONTEND, GAIE_EPP]
 
 
 ROUTER_MARKERS = ("vllm:current_qps",)

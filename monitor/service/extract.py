@@ -94,10 +94,14 @@ def extract(page: Page, spec: EngineSpec, ts: float, default_model: str, memo: E
         memo.own(spec, default_model)
     dropped: set[tuple[str, Labels]] = set()  # a sample two selectors read is one dropped sample
     for metric, selectors in spec.counters.items():
+        if metric in spec.only_with and spec.only_with[metric] not in snap.counters:
+            continue
         per_model: dict[str, dict[Labels, float]] = {}
         for selector in selectors:
             for labels, key, value in _counter_series(page, selector, dropped):
                 per_model.setdefault(model_of(labels), {})[key] = value
+            if per_model and metric in spec.first_of:
+                break
         if per_model:
             snap.counters[metric] = per_model
     for metric, (selector, label) in spec.counters_by.items():
@@ -117,7 +121,8 @@ def extract(page: Page, spec: EngineSpec, ts: float, default_model: str, memo: E
         if base is not None:
             family = f"{base}_bucket"
             snap.buckets[metric] = _buckets(page.series(family), model_of, snap,
-                                            None if memo is None else (memo.buckets, family))
+                                            None if memo is None else (memo.buckets, family),
+                                            spec.histogram_scale.get(metric, 1.0))
     dropped.clear()  # a gauge sample two tables read (a total and its per-rank split): one dropped
     for metric, gauge in spec.gauges.items():
         name = next((c for c in gauge.candidates if c in page.samples), None)
@@ -205,13 +210,14 @@ def _model_reader(spec: EngineSpec, default_model: str) -> ModelOf:
 
 
 def _buckets(series: Series, model_of: ModelOf, snap: Snapshot,
-             memo: tuple[dict[str, _BucketPlan], str] | None = None) -> Mapping[str, Mapping[BucketKey, float]]:
+             memo: tuple[dict[str, _BucketPlan], str] | None = None,
+             scale: float = 1.0) -> Mapping[str, Mapping[BucketKey, float]]:
     if memo is not None:
         plans, name = memo
         keys = tuple(series)
         plan = plans.get(name)
         if plan is None or plan.keys != keys:
-            plan = plans[name] = _bucket_plan(keys, model_of)
+            plan = plans[name] = _bucket_plan(keys, model_of, scale)
         values = list(series.values())
         if all(map(math.isfinite, values)):  # else the plain way below, which counts what it drops
             return {model: Columns(identities, pick(values)) for model, identities, pick in plan.models}
@@ -220,16 +226,16 @@ def _buckets(series: Series, model_of: ModelOf, snap: Snapshot,
         if not math.isfinite(value):
             snap.non_finite += 1
             continue
-        identity = _split_le(labels)
+        identity = _split_le(labels, scale)
         if identity is not None:
             per_model.setdefault(model_of(labels), {})[identity] = value
     return per_model
 
 
-def _bucket_plan(keys: tuple[Labels, ...], model_of: ModelOf) -> _BucketPlan:
+def _bucket_plan(keys: tuple[Labels, ...], model_of: ModelOf, scale: float = 1.0) -> _BucketPlan:
     indices: dict[str, tuple[list[BucketKey], list[int]]] = {}
     for index, labels in enumerate(keys):
-        identity = _split_le(labels)
+        identity = _split_le(labels, scale)
         if identity is not None:
             identities, positions = indices.setdefault(model_of(labels), ([], []))
             identities.append(identity)
@@ -247,7 +253,7 @@ def _picker(positions: list[int]) -> Callable[[list[float]], Sequence[float]]:
 
 
 @lru_cache(maxsize=65536)
-def _split_le(labels: Labels) -> BucketKey | None:
+def _split_le(labels: Labels, scale: float = 1.0) -> BucketKey | None:
     # The same label tuples come back every scrape (the parser caches them): read `le` once.
     le_text = next((v for k, v in labels if k == "le"), None)
     if le_text is None:
@@ -256,7 +262,7 @@ def _split_le(labels: Labels) -> BucketKey | None:
         le = go_float(le_text)
     except ValueError:
         return None  # histogram_quantile skips a bucket whose `le` is not a number, so do we
-    return labels, le
+    return labels, le * scale  # a bound in ms made seconds (`EngineSpec.histogram_scale`); +Inf stays
 
 
 @lru_cache(maxsize=65536)

@@ -4,7 +4,7 @@ Prometheus' `up` means the scrape succeeded, and so does ours: a valid page whos
 no engine table is up, with its engine unrecognised (`inference_target_engine_recognized 0`),
 and the reason names what was found and what to set:
 
-    reachable, 17 families (process_*, python_*), none of vLLM / SGLang / TGI / llama.cpp;
+    reachable, 17 families (process_*, python_*), none of vLLM / SGLang / TGI / llama.cpp / Dynamo / GAIE EPP;
     set `engine:` or `metric_prefix:`
 
 A target that pins its engine (`engine: vllm`) gets the families that were expected and missing.
@@ -16,7 +16,8 @@ from __future__ import annotations
 from monitor.promtext import Page, PageError, Parser
 from monitor.service.engines import ENGINES, HTTP_SAMPLES, spellings, suggest_prefix
 
-_DISPLAY = {"vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI", "llamacpp": "llama.cpp"}
+_DISPLAY = {"vllm": "vLLM", "sglang": "SGLang", "tgi": "TGI", "llamacpp": "llama.cpp", "dynamo": "Dynamo",
+            "gaie-epp": "GAIE EPP"}
 _SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created", "_info", "_gcount", "_gsum")
 _SHOWN_PREFIXES = 5
 

@@ -22,14 +22,14 @@ test can expand them inline and query the whole expression against a Prometheus 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from monitor.config import Duration
-from monitor.service.derive import BASELINE_RATIOS, QUANTILES, RATIOS
+from monitor.service.derive import BASELINE_RATIOS, QUANTILES, RATIOS, TIER_HISTOGRAMS, TIER_RATES
 from monitor.service.engines import ENGINES, HTTP_API_PREFIX, HTTP_LABELS, GaugeSpec, Selector, spellings
 
 BY_TARGET = "target, model"
@@ -161,6 +161,144 @@ def _error_counting_targets() -> str:
     return f'count by (target) ({{__name__=~"{names}"}})'
 
 
+def _tier_counter(kind: str, window: str) -> str | None:
+    """Rates of one per-tier counter family ("kv_load_bytes"), by (target, model, tier): a table entry
+    "kind/<tier>" fixes the tier, a `counters_by` entry takes it from the engine's label."""
+    alternatives = []
+    for spec in ENGINES:
+        for key, selectors in spec.counters.items():
+            family, _, tier = key.partition("/")
+            if family == kind and tier:
+                rates = [f"rate({_selector(s.sample, s.match, s.exclude)}[{window}])" for s in selectors]
+                if key in spec.first_of:  # spellings of one family: the first present per target and model
+                    summed = " or ".join(f"sum by ({BY_TARGET}) ({_with_model(r, spec.model_label)})" for r in rates)
+                else:
+                    summed = f"sum by ({BY_TARGET}) ({_with_model(' or '.join(rates), spec.model_label)})"
+                alternatives.append(f'label_replace({summed}, "tier", "{tier}", "", "")')
+        if kind in spec.counters_by:
+            selector, label = spec.counters_by[kind]
+            rate = f"rate({_selector(selector.sample, selector.match, selector.exclude)}[{window}])"
+            if label != "tier":
+                rate = f'label_replace({rate}, "tier", "$1", "{label}", "(.*)")'
+            alternatives.append(f"sum by ({BY_TARGET}, tier) ({_with_model(rate, spec.model_label)})")
+    return "\nor\n".join(f"({a})" for a in alternatives) if alternatives else None
+
+
+def _tier_kinds() -> list[str]:
+    kinds = [key.partition("/")[0] for spec in ENGINES for key in spec.counters if "/" in key and key.startswith("kv_")]
+    kinds += [kind for spec in ENGINES for kind in spec.counters_by if kind.startswith("kv_")]
+    return list(dict.fromkeys(kinds))
+
+
+def _tier_name(kind: str) -> str:
+    """The exported series of a per-tier rate, or the recorded intermediate one."""
+    return f"inference_kv_tier_{TIER_RATES[kind]}" if kind in TIER_RATES else f"inference:{kind}:rate"
+
+
+def _tier_buckets(histogram: str, window: str) -> str:
+    alternatives = []
+    for spec in ENGINES:
+        for key, bases in spec.histograms.items():
+            family, _, tier = key.partition("/")
+            for base in bases if family == histogram and tier else ():
+                rate = f"rate({_selector(f'{base}_bucket')}[{window}])"
+                summed = f"sum by ({BY_TARGET}, le) ({_with_model(rate, spec.model_label)})"
+                alternatives.append((spec.engine, f'label_replace({summed}, "tier", "{tier}", "", "")'))
+    return _first_present(alternatives, on=f"{BY_TARGET}, tier")
+
+
+def _scaled_quantiles(histogram: str, window: str, q: float, by: str) -> str:
+    """histogram_quantile per engine, in seconds (SGLang's P/D transfer histogram counts ms: a
+    quantile of its buckets times the table's scale)."""
+    parts = []
+    for spec in ENGINES:
+        for base in spec.histograms.get(histogram, ()):
+            rate = f"rate({_selector(f'{base}_bucket')}[{window}])"
+            quantile = f"histogram_quantile({q!r}, sum by ({by}, le) ({_with_model(rate, spec.model_label)}))"
+            scale = spec.histogram_scale.get(histogram, 1.0)
+            parts.append(f"({quantile} * {scale!r})" if scale != 1.0 else f"({quantile})")
+    return "(" + "\nor\n".join(parts) + ") >= -Inf"
+
+
+def _tier_rules(window: str) -> list[Rule]:
+    """KV tiers and the P/D transfer (docs/engines.md, "Tiers, P/D and MoE"), per target and fleet-wide."""
+    w, fleet = {"window": window}, {"window": window, "target": ""}
+    rules = []
+    kinds = _tier_kinds()
+    for kind in kinds:
+        expr = _tier_counter(kind, window)
+        if expr:
+            rules.append(Rule(_tier_name(kind), expr, w))
+    ratios = {"inference_kv_tier_load_mean_seconds": ("kv_load_time", "kv_loads"),
+              "inference_kv_tier_hit_ratio": ("kv_tier_hits", "kv_tier_queries")}
+    # Loaded back per evicted: in tokens where the engine counts them, else in bytes.
+    reload = [("kv_load_tokens", "kv_evicted_tokens"), ("kv_load_bytes", "kv_store_bytes")]
+
+    def ratio(above: str, below: str, total: bool) -> str:
+        def ref(kind: str) -> str:
+            return f"sum by (model, tier) ([[{_tier_name(kind)}]])" if total else f"[[{_tier_name(kind)}]]"
+        return f"{ref(above)} / ({ref(below)} > 0)"
+
+    rules += [Rule(_tier_name(kind), f"sum by (model, tier) ([[{_tier_name(kind)}]])", fleet, fleet=True)
+              for kind in kinds if kind in TIER_RATES]
+    for total, labels in ((False, w), (True, fleet)):
+        rules += [Rule(name, ratio(*pair, total), labels, fleet=total) for name, pair in ratios.items()]
+        rules.append(Rule("inference_kv_tier_reload_ratio",
+                          "\nor\n".join(f"({ratio(*pair, total)})" for pair in reload), labels, fleet=total))
+    for histogram in TIER_HISTOGRAMS:
+        bucket = f"[[inference:{histogram}_bucket:rate]]"
+        rules.append(Rule(bucket[2:-2], _tier_buckets(histogram, window), w))
+        name = f"inference_kv_tier_{histogram.removeprefix('kv_')}_seconds"
+        for q in QUANTILES:
+            rules.append(Rule(name, f"histogram_quantile({q!r}, {bucket}) >= -Inf", {**w, "quantile": repr(q)}))
+            rules.append(Rule(name, f"histogram_quantile({q!r}, sum by (model, tier, le) ({bucket})) >= -Inf",
+                              {**fleet, "quantile": repr(q)}, fleet=True))
+    for q in QUANTILES:
+        rules.append(Rule("inference_pd_transfer_seconds", _scaled_quantiles("pd_transfer", window, q, BY_TARGET),
+                          {**w, "quantile": repr(q)}))
+        rules.append(Rule("inference_pd_transfer_seconds", _scaled_quantiles("pd_transfer", window, q, "model"),
+                          {**fleet, "quantile": repr(q)}, fleet=True))
+    return rules + _pd_rules(window)
+
+
+def _pd_rules(window: str) -> list[Rule]:
+    """P/D: failures and bytes per second, and the mean transfer time over the mean TTFT."""
+    w, fleet = {"window": window}, {"window": window, "target": ""}
+    seconds = _counter("pd_transfer_seconds_sum", window)
+    milliseconds = _counter("pd_transfer_ms_sum", window)
+    counters = {"inference_pd_transfer_failures_per_second": _counter("pd_transfer_failures", window),
+                "inference_pd_transfer_bytes_per_second": _counter("pd_transfer_bytes", window),
+                "inference:pd_transfer_seconds_sum:rate": f"({seconds})\nor\n(({milliseconds}) / 1000)",
+                "inference:pd_transfer_count:rate": _counter("pd_transfer_count", window),
+                "inference:ttft_sum:rate": _counter("ttft_sum", window),
+                "inference:ttft_count:rate": _counter("ttft_count", window)}
+    rules = [Rule(name, expr, w) for name, expr in counters.items() if expr]
+
+    def share(ref: Callable[[str], str]) -> str:
+        transfer = f"{ref('inference:pd_transfer_seconds_sum:rate')} / ({ref('inference:pd_transfer_count:rate')} > 0)"
+        ttft = f"{ref('inference:ttft_sum:rate')} / ({ref('inference:ttft_count:rate')} > 0)"
+        return f"({transfer})\n/ (({ttft}) > 0)"
+
+    rules.append(Rule("inference_pd_transfer_ttft_share_ratio", share(lambda n: f"[[{n}]]"), w))
+    rules.append(Rule("inference_pd_transfer_ttft_share_ratio", share(lambda n: f"sum by (model) ([[{n}]])"),
+                      fleet, fleet=True))
+    rules += [Rule(name, f"sum by (model) ([[{name}]])", fleet, fleet=True)
+              for name in ("inference_pd_transfer_failures_per_second", "inference_pd_transfer_bytes_per_second")]
+    return rules
+
+
+def tier_gauge_rules() -> list[Rule]:
+    """Each offload tier's used share of its capacity (SGLang's HiCache host pool)."""
+    def per_tier(kind: str) -> str:
+        keys = dict.fromkeys(key for spec in ENGINES for key in spec.gauges if key.partition("/")[0] == kind)
+        return "\nor\n".join(f'(label_replace({_gauge(key)}, "tier", "{key.partition("/")[2]}", "", ""))'
+                             for key in keys)
+
+    return [Rule("inference:kv_tier_used", per_tier("kv_tier_used")),
+            Rule("inference:kv_tier_capacity", per_tier("kv_tier_capacity")),
+            Rule("inference_kv_tier_usage_ratio", "[[inference:kv_tier_used]] / ([[inference:kv_tier_capacity]] > 0)")]
+
+
 def window_rules(window: str, baseline: str, min_coverage: float = 0.9) -> list[Rule]:
     """The rules of one window, in evaluation order (later rules read earlier ones)."""
     w = {"window": window}
@@ -187,7 +325,7 @@ def window_rules(window: str, baseline: str, min_coverage: float = 0.9) -> list[
             # No observations: histogram_quantile gives NaN, the monitor no sample; `>= -Inf` drops NaN.
             expr = f"histogram_quantile({q!r}, [[inference:{histogram}_bucket:rate]]) >= -Inf"
             rules.append(Rule(name, expr, {**w, "quantile": repr(q)}))
-    return rules + _fleet_rules(window)
+    return rules + _tier_rules(window) + _fleet_rules(window)
 
 
 def _ratio_rules(window: str) -> list[Rule]:
@@ -357,7 +495,7 @@ def gauge_rules() -> list[Rule]:
     rules.append(Rule("inference_rank_imbalance_ratio",
                       f"max by ({BY_TARGET}) {load}\n/ (avg by ({BY_TARGET}) {load} > 0)\n"
                       f"and on ({BY_TARGET}) (count by ({BY_TARGET}) {load} > 1)"))
-    return rules
+    return rules + tier_gauge_rules()
 
 
 def render(rule: Rule, window: str | None) -> str:

@@ -16,6 +16,7 @@ from monitor.sim.engine import DEFAULT_MODEL, EngineConfig, SimulatedEngine
 from monitor.sim.faults import FaultSchedule, demo_schedule
 from monitor.sim.load import LoadConfig, run_load
 from monitor.sim.server import serve
+from monitor.sim.tiers import HostTier, MoeProfile, PdSplit
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,12 +29,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--time-scale", type=float, default=1.0, help="multiplies latencies")
     parser.add_argument("--seed", type=int, default=None, help="deterministic draws")
     parser.add_argument("--demo-faults", action="store_true", help="loop the demo faults")
+    parser.add_argument("--host-tier", action="store_true", help="a host-memory KV tier (monitor.sim.tiers)")
+    parser.add_argument("--pd", action="store_true", help="the decode side of a prefill/decode split")
+    parser.add_argument("--moe", action="store_true", help="an MoE model under expert parallelism")
+    parser.add_argument("--page", choices=("vllm", "sglang"), default="vllm", help="whose /metrics page to serve")
     return parser
 
 
 async def _main(args: argparse.Namespace) -> None:
     config = EngineConfig(model_name=args.model, time_scale=args.time_scale,
-                          deterministic=args.seed is not None, seed=args.seed or 0)  # fmt: skip
+                          deterministic=args.seed is not None, seed=args.seed or 0,
+                          host_tier=HostTier() if args.host_tier else None, pd=PdSplit() if args.pd else None,
+                          moe=MoeProfile() if args.moe else None, page=args.page)  # fmt: skip
     faults = demo_schedule() if args.demo_faults else FaultSchedule()
     sim = SimulatedEngine(config, faults=faults)
     started = asyncio.Event()

@@ -53,6 +53,8 @@ class SimulatedEngine:
         self._injected: tuple[Fault, ...] = ()
         self._clock = clock
         self._rng = random.Random(self.config.seed) if self.config.deterministic else random.Random()
+        # The P/D transfers' draws apart from the requests' own, so a seeded run without a split is unchanged.
+        self._pd_rng = random.Random(self.config.seed + 2) if self.config.deterministic else random.Random()
         self._ids = itertools.count()
         self._observers: list[Observer] = []
         self.started_at = clock()  # the fault schedule's time zero
@@ -96,8 +98,10 @@ class SimulatedEngine:
 
     # ---- requests -----------------------------------------------------------------------
 
-    def submit(self, prompt_tokens: int, max_tokens: int | None = None, n: int = 1) -> SimRequest:
-        """Queue a request; raises ValueError for what vLLM rejects with 400."""
+    def submit(self, prompt_tokens: int, max_tokens: int | None = None, n: int = 1,
+               prefix_key: str | None = None) -> SimRequest:
+        """Queue a request; raises ValueError for what vLLM rejects with 400. `prefix_key` names the
+        session whose prefix it revisits (a host KV tier finds it by that)."""
         prompt_tokens = max(1, prompt_tokens)
         room = self.config.max_model_len - prompt_tokens
         if max_tokens is not None and max_tokens < 1:
@@ -118,6 +122,8 @@ class SimulatedEngine:
             arrival=now,
             draws=draws,
             will_error=draws.error_roll < self.effects(now).error_fraction,
+            prefix_key=prefix_key,
+            pd_roll=self._pd_rng.random() if self.config.pd is not None else 1.0,
         )
         self.scheduler.waiting.append(request)
         self._kick()

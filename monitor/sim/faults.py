@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
 FaultKind = Literal["latency_spike", "error_burst", "throughput_drop", "kv_pressure", "engine_down", "traffic_dip",
-                    "gpu_hold", "engine_unrecognised", "prefix_cache_loss", "slow_decay"]
+                    "gpu_hold", "engine_unrecognised", "prefix_cache_loss", "slow_decay",
+                    "slow_kv_tier", "kv_tier_thrash", "pd_transfer_fail", "pd_transfer_slow", "moe_imbalance"]
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 
 # What magnitude means per kind, and the default when a config leaves it out.
@@ -25,6 +26,14 @@ FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 #   prefix_cache_loss: share of the prefix-cache hit ratio left (a new system prompt)  (0 < m <= 1)
 #   slow_decay:      prefill and per-token time grow by this share a day of the fault's age, compounded
 #                    (KV-cache fragmentation: latency that creeps with uptime)       (> 0, e.g. 0.04)
+# Five that act only on a simulator configured with a host KV tier, a P/D split or an MoE model
+# (monitor.sim.tiers; nothing to disturb otherwise):
+#   slow_kv_tier:    each swap-back (host -> GPU load) and store takes m times longer  (> 0, e.g. 20)
+#   kv_tier_thrash:  share of the GPU prefix cache's hits left: the working set no longer fits the GPU, each
+#                    turn's KV is evicted to the host tier and loaded back at the next (ping-pong)  (0 < m <= 1)
+#   pd_transfer_fail: share of P/D KV transfers that fail (the decode side recomputes the prefill)  (0..1)
+#   pd_transfer_slow: each P/D KV transfer takes m times longer                        (> 0, e.g. 30)
+#   moe_imbalance:   share of the experts' balancedness left (one EP rank gets the hot experts)  (0 < m <= 1)
 #   engine_unrecognised: /metrics answers 200 with a valid page whose families no engine table
 #                    knows (`vllm:` renamed `acme:`, an in-house build); the API serves on  (m unused, 1)
 # Two kinds the simulated engine itself ignores, for what drives it in the demo:
@@ -41,6 +50,11 @@ DEFAULT_MAGNITUDE: dict[FaultKind, float] = {
     "engine_unrecognised": 1.0,
     "prefix_cache_loss": 0.2,
     "slow_decay": 0.04,
+    "slow_kv_tier": 20.0,
+    "kv_tier_thrash": 0.05,
+    "pd_transfer_fail": 0.3,
+    "pd_transfer_slow": 30.0,
+    "moe_imbalance": 0.5,
 }
 DAY_S = 86400.0
 
@@ -66,10 +80,11 @@ class Fault:
 
 
 def _check_magnitude(kind: FaultKind, magnitude: float) -> None:
-    allowed_zero = kind == "error_burst" and magnitude == 0
+    allowed_zero = kind in ("error_burst", "pd_transfer_fail") and magnitude == 0
     if (not math.isfinite(magnitude) or magnitude <= 0) and not allowed_zero:
         raise ValueError(f"{kind} magnitude must be a positive number, got {magnitude}")
-    if kind in ("error_burst", "kv_pressure", "traffic_dip", "prefix_cache_loss") and magnitude > 1:
+    if kind in ("error_burst", "kv_pressure", "traffic_dip", "prefix_cache_loss", "kv_tier_thrash", "pd_transfer_fail",
+                "moe_imbalance") and magnitude > 1:
         raise ValueError(f"{kind} magnitude is a fraction (0..1), got {magnitude}")
 
 
@@ -86,6 +101,11 @@ class FaultEffects:
     gpu_hold_s: float | None = None  # the latest-starting hold wins
     unrecognised: bool = False
     prefix_hit_mult: float = 1.0
+    tier_time_mult: float = 1.0  # host tier loads and stores
+    tier_gpu_keep: float = 1.0  # kv_tier_thrash: share of the GPU prefix cache's hits the GPU keeps
+    pd_fail_fraction: float = 0.0
+    pd_transfer_mult: float = 1.0
+    moe_balance_mult: float = 1.0
 
 
 def combine_effects(faults: Iterable[Fault], elapsed_s: float | None = None) -> FaultEffects:
@@ -94,8 +114,12 @@ def combine_effects(faults: Iterable[Fault], elapsed_s: float | None = None) -> 
     decay's multiplier grows with the fault's age at `elapsed_s` (none given: not yet grown)."""
     prefill = per_token = kv = survive = traffic = prefix = 1.0
     down, hold, unrecognised = False, None, False
+    serving = {"slow_kv_tier": 1.0, "kv_tier_thrash": 1.0, "pd_transfer_fail": 1.0, "pd_transfer_slow": 1.0,
+               "moe_imbalance": 1.0}  # the serving shapes' faults: multipliers (pd_transfer_fail: survival)
     for fault in faults:
-        if fault.kind == "slow_decay":
+        if fault.kind in serving:
+            serving[fault.kind] *= 1.0 - fault.magnitude if fault.kind == "pd_transfer_fail" else fault.magnitude
+        elif fault.kind == "slow_decay":
             age_days = max(0.0, (elapsed_s if elapsed_s is not None else fault.start_s) - fault.start_s) / DAY_S
             grown = (1.0 + fault.magnitude) ** age_days
             prefill, per_token = prefill * grown, per_token * grown
@@ -117,7 +141,10 @@ def combine_effects(faults: Iterable[Fault], elapsed_s: float | None = None) -> 
             prefix *= fault.magnitude
         else:
             survive *= 1.0 - fault.magnitude
-    return FaultEffects(prefill, per_token, 1.0 - survive, kv, down, traffic, hold, unrecognised, prefix)
+    return FaultEffects(prefill, per_token, 1.0 - survive, kv, down, traffic, hold, unrecognised, prefix,
+                        tier_time_mult=serving["slow_kv_tier"], tier_gpu_keep=serving["kv_tier_thrash"],
+                        pd_fail_fraction=1.0 - serving["pd_transfer_fail"],
+                        pd_transfer_mult=serving["pd_transfer_slow"], moe_balance_mult=serving["moe_imbalance"])
 
 
 @dataclass(frozen=True)

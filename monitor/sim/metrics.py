@@ -18,7 +18,9 @@ from prometheus_client.process_collector import ProcessCollector
 
 from monitor.sim import buckets
 from monitor.sim.engine import SimulatedEngine
+from monitor.sim.serving_metrics import NixlFamilies, OffloadFamilies
 from monitor.sim.stats import FINISH_REASONS, EngineSnapshot, FinishedRequestStats, IterationStats
+from monitor.sim.tiers import KV_BYTES_PER_TOKEN
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # A comment line is legal exposition text and says what produced the page.
@@ -40,7 +42,6 @@ _WORK: dict[str, tuple[str, str]] = {
 # token; the weights read once a step; K and V of 32 layers x 8 heads x 128 written per token).
 MODEL_PARAMS = 8.0e9
 WEIGHT_BYTES = 2.0 * MODEL_PARAMS
-KV_BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2
 CACHE_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
 ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
 
@@ -160,6 +161,8 @@ class SimMetrics:
         block_size: int = 16,
         registry: CollectorRegistry | None = None,
         process_metrics: bool = True,
+        host_tier: bool = False,
+        pd: bool = False,
     ) -> None:
         self.registry = registry or CollectorRegistry()
         self._labels = (model_name, engine_index)
@@ -192,6 +195,9 @@ class SimMetrics:
             "handler is important. ",  # sic: the trailing space is in the instrumentator
             ("handler", "method"), buckets=buckets.HTTP_DURATION, registry=self.registry,
         )  # fmt: skip
+        # The KV connectors' families (monitor.sim.serving_metrics), only for the shapes the engine has.
+        shapes = ((host_tier, OffloadFamilies), (pd, NixlFamilies))
+        self._serving = [family(self.registry, self._labels, _LABELS) for on, family in shapes if on]
 
     def attach(self, engine: SimulatedEngine) -> SimMetrics:
         """Follow an engine: its steps feed the counters, its state the gauges."""
@@ -272,6 +278,8 @@ class SimMetrics:
             self._work["write_bytes"].labels(*self._labels).inc(KV_BYTES_PER_TOKEN * stats.num_scheduled_tokens)
         for finished in stats.finished:
             self._record_finished(finished)
+        for family in self._serving:
+            family.record(stats)
 
     def _count_tokens(self, stats: IterationStats) -> None:
         increments = {
@@ -285,13 +293,21 @@ class SimMetrics:
         for key, amount in increments.items():
             if amount:
                 self._counters[key].labels(*self._labels).inc(amount)
+        if stats.tier_lookup_tokens:  # the offloading connector's lookups and hits (host memory)
+            self._counters["external_queries"].labels(*self._labels).inc(stats.tier_lookup_tokens)
+        if stats.tier_hit_tokens:
+            self._counters["external_hits"].labels(*self._labels).inc(stats.tier_hit_tokens)
+            self._counters["prompt_cached_by_source"].labels(*self._labels, "host").inc(stats.tier_hit_tokens)
         if stats.prefix_cache_hits:  # vLLM counts hits at admission, all from the GPU's own cache here
             self._counters["prompt_cached_by_source"].labels(*self._labels, "device").inc(stats.prefix_cache_hits)
         if stats.num_prompt_tokens:
             by_source = self._counters["prompt_by_source"]
-            computed = stats.num_prompt_tokens - stats.num_cached_prompt_tokens
+            loaded = stats.num_loaded_prompt_tokens  # the KV connector's (host tier): 0 without one
+            computed = stats.num_prompt_tokens - stats.num_cached_prompt_tokens - loaded
             by_source.labels(*self._labels, "local_compute").inc(computed)
             by_source.labels(*self._labels, "local_cache_hit").inc(stats.num_cached_prompt_tokens)
+            if loaded:
+                by_source.labels(*self._labels, "external_kv_transfer").inc(loaded)
 
     def _record_finished(self, done: FinishedRequestStats) -> None:
         self._counters["success"].labels(*self._labels, done.finish_reason).inc()

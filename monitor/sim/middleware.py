@@ -9,17 +9,20 @@ the duration covers the whole body, as the instrumentator's does.
 from __future__ import annotations
 
 import time
+from typing import Protocol
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from monitor.sim.metrics import SimMetrics
 
 # vLLM passes these to Instrumentator(excluded_handlers=...): probes do not count.
 EXCLUDED_HANDLERS = frozenset({"/metrics", "/health", "/load", "/ping", "/version"})
 
 
+class HttpRecorder(Protocol):
+    def record_http(self, handler: str, method: str, status_code: int, duration_s: float) -> None: ...
+
+
 class HttpMetricsMiddleware:
-    def __init__(self, app: ASGIApp, metrics: SimMetrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: HttpRecorder) -> None:
         self.app = app
         self.metrics = metrics
 

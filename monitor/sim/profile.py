@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+from monitor.sim.tiers import HostTier, MoeProfile, PdSplit
 
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -21,6 +24,14 @@ class EngineConfig:
     min_step_s: float = 0.005
     deterministic: bool = False
     seed: int = 0
+    # Serving shapes, all off by default (monitor.sim.tiers): a host-memory KV tier, the decode side
+    # of a prefill/decode split, an MoE model under expert parallelism.
+    host_tier: HostTier | None = None
+    pd: PdSplit | None = None
+    moe: MoeProfile | None = None
+    # Whose /metrics page the simulator serves: vLLM V1's (the default) or SGLang's, whose HiCache
+    # load-back histogram and EPLB balancedness vLLM does not print.
+    page: Literal["vllm", "sglang"] = "vllm"
 
     @property
     def num_gpu_blocks(self) -> int:

@@ -57,6 +57,11 @@ class ChatMessage(BaseModel):
         parts = self.content or []
         return sum(count_words(str(p.get("text", ""))) for p in parts if p.get("type") == "text")
 
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return " ".join(str(p.get("text", "")) for p in self.content or [] if p.get("type") == "text")
+
 
 class ChatCompletionRequest(_Common):
     messages: list[ChatMessage] = Field(min_length=1)
@@ -65,6 +70,9 @@ class ChatCompletionRequest(_Common):
 
     def prompt_tokens(self) -> int:
         return sum(message.words() for message in self.messages)
+
+    def prompt_text(self) -> str:
+        return " ".join(message.text() for message in self.messages)
 
     def token_limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens else self.max_tokens
@@ -80,6 +88,9 @@ class CompletionRequest(_Common):
         if all(isinstance(p, int) for p in self.prompt):
             return len(self.prompt)  # already token ids
         return sum(count_words(str(p)) for p in self.prompt)
+
+    def prompt_text(self) -> str:
+        return self.prompt if isinstance(self.prompt, str) else " ".join(str(p) for p in self.prompt)
 
     def token_limit(self) -> int | None:
         return self.max_tokens

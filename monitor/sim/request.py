@@ -36,6 +36,9 @@ class SimRequest:
     will_error: bool
     target_tokens: int = 0
     cached_tokens: int = 0
+    prefix_key: str | None = None  # the session it belongs to (monitor.sim.tiers.prefix_key)
+    loaded_tokens: int = 0  # prompt tokens loaded back from the host tier, not recomputed
+    pd_roll: float = 1.0  # drawn apart from `draws` (only with a P/D split): below the failure share, fails
     first_scheduled: float | None = None
     first_token_at: float | None = None
     last_token_at: float | None = None

@@ -34,18 +34,15 @@ from monitor.sim.protocol import (
     sse,
 )
 from monitor.sim.request import SimRequest
+from monitor.sim.sglang_metrics import SglangMetrics
+from monitor.sim.tiers import prefix_key
 
 ApiRequest = ChatCompletionRequest | CompletionRequest
 
 
-def create_app(sim: SimulatedEngine, *, metrics: SimMetrics | None = None) -> FastAPI:
+def create_app(sim: SimulatedEngine, *, metrics: SimMetrics | SglangMetrics | None = None) -> FastAPI:
     """The simulator's app; the engine's step loop runs in the app's lifespan."""
-    metrics = metrics or SimMetrics(
-        sim.model_name,
-        max_model_len=sim.config.max_model_len,
-        num_gpu_blocks=sim.config.num_gpu_blocks,
-        block_size=sim.config.block_size,
-    ).attach(sim)
+    metrics = metrics or _page_metrics(sim)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -62,7 +59,19 @@ def create_app(sim: SimulatedEngine, *, metrics: SimMetrics | None = None) -> Fa
     return app
 
 
-def _add_routes(app: FastAPI, sim: SimulatedEngine, metrics: SimMetrics) -> None:
+def _page_metrics(sim: SimulatedEngine) -> SimMetrics | SglangMetrics:
+    """The page the configuration asks for, following the engine."""
+    config = sim.config
+    if config.page == "sglang":
+        return SglangMetrics(sim.model_name, max_total_num_tokens=config.num_gpu_blocks * config.block_size,
+                             host_tier=config.host_tier is not None, pd=config.pd is not None,
+                             moe=config.moe is not None).attach(sim)
+    return SimMetrics(sim.model_name, max_model_len=config.max_model_len, num_gpu_blocks=config.num_gpu_blocks,
+                      block_size=config.block_size, host_tier=config.host_tier is not None,
+                      pd=config.pd is not None).attach(sim)
+
+
+def _add_routes(app: FastAPI, sim: SimulatedEngine, metrics: SimMetrics | SglangMetrics) -> None:
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(body: ChatCompletionRequest, request: Request) -> Response:
         return await _answer(sim, body, request, chat=True)
@@ -93,7 +102,7 @@ def _add_routes(app: FastAPI, sim: SimulatedEngine, metrics: SimMetrics) -> None
             return Response("engine down (simulated fault)", status_code=503)
         page = metrics.render()
         if sim.effects(sim.now()).unrecognised:  # an engine build of names no engine table knows
-            page = page.replace(b"vllm:", b"acme:")
+            page = page.replace(b"vllm:", b"acme:").replace(b"sglang:", b"acme:")
         return Response(page, media_type=CONTENT_TYPE)
 
 
@@ -119,7 +128,8 @@ async def _answer(sim: SimulatedEngine, body: ApiRequest, request: Request, chat
     if body.n != 1:
         return _error(400, "BadRequestError", "The simulator serves n=1 only.", "n")
     try:
-        job = sim.submit(body.prompt_tokens(), body.token_limit(), body.n)
+        key = prefix_key(body.prompt_text()) if sim.config.host_tier is not None else None
+        job = sim.submit(body.prompt_tokens(), body.token_limit(), body.n, prefix_key=key)
     except ValueError as exc:
         return _error(400, "BadRequestError", str(exc))
     await _wait_unless_disconnected(sim, job, request, job.wait_first_event if body.stream

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from monitor.sim.tiers import TierOp
+
 FinishReason = Literal["stop", "length", "abort", "error", "repetition"]
 # Every reason vLLM's FinishReason enum knows: the page carries all five children from the
 # start. The simulator never produces "repetition" but keeps its zero series like vLLM.
@@ -63,6 +65,19 @@ class IterationStats:
     time_to_first_tokens: list[float] = field(default_factory=list)
     inter_token_latencies: list[float] = field(default_factory=list)
     finished: list[FinishedRequestStats] = field(default_factory=list)
+    # The serving shapes (monitor.sim.tiers), empty when the engine has none: host-tier loads
+    # (swap-backs) and stores, tokens the host tier dropped for room, prompt tokens looked up there
+    # (the GPU missed them) and found; P/D transfers that arrived, transfers that failed; the
+    # experts' balancedness of each decode step.
+    num_loaded_prompt_tokens: int = 0  # of the first tokens' prompts: loaded back from the host tier
+    kv_loads: list[TierOp] = field(default_factory=list)
+    kv_stores: list[TierOp] = field(default_factory=list)
+    kv_evicted_tokens: int = 0
+    tier_lookup_tokens: int = 0
+    tier_hit_tokens: int = 0
+    pd_transfers: list[TierOp] = field(default_factory=list)
+    pd_failed: int = 0
+    moe_balancedness: list[float] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -76,3 +91,6 @@ class EngineSnapshot:
     num_running: int
     num_waiting: int
     kv_cache_usage: float
+    host_tier_tokens: int | None = None  # tokens of KV the host tier holds (None: no tier)
+    host_tier_capacity: int | None = None
+    num_transferring: int = 0  # P/D: admitted requests still waiting for their KV to arrive

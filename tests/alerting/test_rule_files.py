@@ -35,6 +35,9 @@ EXPECTED_RULES |= {  # GPU health (alerts/infra.yml, group infra-health)
     "GPUNVLinkError", "GPUMemoryRemapRecorded", "GPUMemoryRemapFailedXid", "GPURowRemapPending", "GPURowRemapFailed",
     "GPURetiredPagesPending", "GPURetiredPagesLimit", "GPUPCIeReplayRate", "GPUNVLinkErrorRate",
 }
+EXPECTED_RULES |= {  # KV-cache tiers, P/D and MoE (alerts/kv.yml, group kv-tiers)
+    "KVSwapBackSlow", "KVTierThrashing", "PDTransferFailing", "PDTransferShareHigh", "MoEExpertImbalance",
+}
 EXPECTED_RULES |= {rule["alert"] for group in yaml.safe_load((SHIPPED_DIR / "quality.yml").read_text())["groups"]
                    for rule in group["rules"]}  # the quality layer's, named in alerts/quality.yml
 EXPECTED_RULES |= {rule["alert"] for group in yaml.safe_load((SHIPPED_DIR / "trend.yml").read_text())["groups"]

@@ -108,5 +108,5 @@ def test_scenario_file_and_its_errors(tmp_path: Path) -> None:
     path.write_text("classes: [{share: 1}]\n")
     with pytest.raises(ScenarioError, match=r"classes\[0\]: needs input_tokens"):
         load_scenario(str(path))
-    with pytest.raises(ScenarioError, match="neither chat, batch, mixed nor a file"):
+    with pytest.raises(ScenarioError, match="neither chat, batch, mixed, long-context, moe nor a file"):
         load_scenario("chatty")

@@ -43,7 +43,7 @@ def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
     promtool = require_binary("promtool")
     result = subprocess.run([promtool, "check", "rules", str(SHIPPED)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 255 rules found" in result.stdout
+    assert "SUCCESS: 378 rules found" in result.stdout
 
 
 def test_every_name_of_every_engine_is_read_in_both_spellings() -> None:
@@ -78,4 +78,6 @@ def test_every_window_has_the_service_series_per_target_and_fleet() -> None:
                       "inference_rank_imbalance_ratio", "inference_requests_waiting_by_reason",
                       "inference_engine_sleep_state", "inference_engines_sleeping",
                       "inference_spec_decode_engine_acceptance_length",
-                      "inference_spec_decode_engine_acceptance_ratio"}
+                      "inference_spec_decode_engine_acceptance_ratio",
+                      # each KV offload tier's usage, from its used and capacity gauges
+                      "inference_kv_tier_usage_ratio", "inference:kv_tier_used", "inference:kv_tier_capacity"}

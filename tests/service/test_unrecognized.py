@@ -41,6 +41,7 @@ from tests.pageserver import Page, PageServer
 from tests.test_cli import env, infermon
 
 VLLM_PAGE = (FIXTURES / "sample_vllm_v1.prom").read_text()
+KNOWN = "vLLM / SGLang / TGI / llama.cpp / Dynamo / GAIE EPP"  # every engine table, in its order
 START, STEP = 1_767_300_000.0, 15.0
 
 
@@ -117,7 +118,7 @@ def test_unrecognised_page_is_up_with_its_own_state_and_a_warning(app_url: tuple
         app = row(monitor, "app")
         assert app["up"] is True and app["state"] == "unrecognized" and app["engine_recognized"] is False
         assert app["error"] == (f"reachable, {families} families (process_*, python_*), "
-                                "none of vLLM / SGLang / TGI / llama.cpp; set `engine:` or `metric_prefix:`")
+                                f"none of {KNOWN}; set `engine:` or `metric_prefix:`")
         assert row(monitor, "vllm-a")["state"] == "up"
         # A warning of its own; the page answers, so TargetDown never fires.
         fired = [(a.name, a.status, a.labels["severity"]) for a in sink.sent]
@@ -144,7 +145,7 @@ def test_layer_and_terminal_say_what_was_found(app_url: tuple[str, int]) -> None
         out = io.StringIO()
         print_overview(Console(file=out, width=400), view, "http://monitor")
         printed = out.getvalue()
-        assert "engine not recognised" in printed and "none of vLLM / SGLang / TGI / llama.cpp" in printed
+        assert "engine not recognised" in printed and f"none of {KNOWN}" in printed
         assert "DOWN" not in printed
 
 
@@ -185,7 +186,7 @@ def test_json_body_is_down_not_unrecognised() -> None:
         with monitoring([{"name": "api", "url": server.url("/json")}], clock) as monitor:
             cycles(monitor, clock, 1)
     api = row(monitor, "api")
-    assert api["state"] == "down" and api["error"].startswith("not Prometheus text: line 1:")
+    assert api["state"] == "down" and api["error"].startswith("not Prometheus text: the body is JSON")
     assert 'inference_target_up{target="api"} 0.0' in monitor.metrics_text().decode()
 
 
@@ -210,7 +211,7 @@ def test_check_says_what_was_found(app_url: tuple[str, int], tmp_path: Path) -> 
                             env=env(tmp_path), timeout=60, check=False)
     assert result.returncode == 1, result.stdout + result.stderr
     assert (f"engine not recognised: reachable, {families} families (process_*, python_*), "
-            "none of vLLM / SGLang / TGI / llama.cpp; set `engine:` or `metric_prefix:`") in result.stdout
+            f"none of {KNOWN}; set `engine:` or `metric_prefix:`") in result.stdout
     assert "DOWN" not in result.stdout
 
 
