@@ -49,7 +49,7 @@ import numpy as np
 from bench.pagefarm import process_cpu_seconds
 from bench.promserver import PrometheusServer
 from monitor.config import DEFAULT_HISTORY_SERIES
-from monitor.history.importer import CHUNK, import_prometheus, selector_text
+from monitor.history.importer import CHUNK, covering, import_prometheus, selector_text
 from monitor.history.keeper import HistoryKeeper, Wanted, first_day, memory_days, wanted_of
 from monitor.history.store import DAY, SLOTS, STEP, HistoryTables, StoredDay
 from monitor.rulefiles.expr import Sample
@@ -342,10 +342,10 @@ def backfill(prom: PrometheusServer, kept: Sequence[Kept], start: float, end: fl
 
 
 def _query_ranges(url: str, wanted: Sequence[Wanted], start: float, end: float) -> Iterator[int]:
-    """The importer's range queries alone (the same queries, chunks and step): points answered."""
+    """The importer's range queries alone, one after another (the same queries, chunks and step): points answered."""
     first, last = math.ceil(start / STEP) * STEP, int(end // STEP) * STEP
     with httpx.Client(base_url=url, timeout=120) as client:
-        for item in dict.fromkeys(wanted):
+        for item in covering(wanted):  # the selectors the importer asks for
             query = f"avg_over_time({selector_text(item)}[{STEP - 1}s])"
             for chunk_start in range(first, last + 1, CHUNK):
                 params = {"query": query, "start": str(chunk_start), "end": str(min(last, chunk_start + CHUNK - STEP)),

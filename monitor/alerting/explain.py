@@ -92,6 +92,8 @@ def context_text(context: Context) -> str:
         lines += _cost_lines(context.cost)
     if context.trend is not None:
         lines += _lines("vs. the same hours a week ago:", context.trend, _TREND_LINES)
+        if context.trend.engine_change is not None:
+            lines.append(f"engine change: {context.trend.engine_change}")
     return "\n".join(lines)
 
 

@@ -214,7 +214,8 @@ def first_day(now: float, days: float) -> int:
 
 
 # What a trend alert's probable cause compares week over week (monitor/alerting/causes.py, layer
-# "trend"): the load, the engine's cache, the GPUs' power and clocks. A week and a day in memory.
+# "trend"): the load, the engine's cache, the GPUs' power and clocks, and which engine served. A week
+# and a day in memory.
 CAUSE_SERIES = (
     ('inference_requests_per_second', 'window', '5m'),
     ('inference_kv_cache_usage_ratio', None, None),
@@ -222,6 +223,7 @@ CAUSE_SERIES = (
     ('inference_prefix_cache_hit_ratio', 'window', '5m'),
     ('inference_gpu_power_watts', None, None),
     ('inference_gpu_sm_clock_hertz', None, None),
+    ('inference_target_info', None, None),  # the engine behind the target: a step at its change (changes.py)
 )
 CAUSE_DAYS = 9
 SPARKLINE_DAYS = 31

@@ -38,13 +38,14 @@ from monitor.config import ServiceSettings, ServiceTarget, Target
 from monitor.health import HealthBook
 from monitor.promtext import PageError
 from monitor.redaction import redact_urls, safe_url
-from monitor.scrape import ScrapeError, fetch_page, fetch_target_page, target_connection
+from monitor.scrape import FetchedPage, ScrapeError, fetch_page, fetch_target_page, target_connection
 from monitor.service.baseline import BaselineHistory, Point
 from monitor.service.budget import REFUSE_INTERVALS, TargetRefused, WorkerStuck, slow_reason, stuck_reason
 from monitor.service.derive import Rates, WindowStats, baseline_state, fleet_rates, stats_many
 from monitor.service.discovery import DiscoveryError, FileDiscovery
 from monitor.service.shard import owned
 from monitor.service.target import TargetPipeline, TargetState, apply_points, target_view
+from monitor.service.version import MAX_VERSION_BYTES, VERSION_INTERVAL, read_version
 from monitor.service.view import ServiceView, target_state
 from monitor.service.workers import MonitorFault, ParseWorkers
 
@@ -193,6 +194,7 @@ class ServiceCollector:
         """Scrape one target. With `cpu`, parsing and this target's derivation run on that executor
         (one worker thread: the event loop keeps answering while a thousand pages are parsed)."""
         name = state.target.name
+        was_up = state.up
         with self.health.run(COLLECTOR, name):
             started = self.wall()
             state.last_scrape = started
@@ -238,6 +240,30 @@ class ServiceCollector:
                          state.engine.generation if state.engine else "?")
             state.up, state.error, state.last_ok = True, state.unrecognized, started
             state.refused = False
+        await self._read_version(state, started, was_up)
+
+    async def _read_version(self, state: TargetState, started: float, was_up: bool) -> None:
+        """The engine's version (monitor/service/version.py) when the target came up and every
+        VERSION_INTERVAL after, through the connection its page came by. A failed read keeps the
+        version a running engine had (no change from one slow answer); after a restart it is unknown."""
+        engine = state.engine
+        if not self.settings.engine_version or engine is None or (was_up and state.version_read_at is not None
+                              and started - state.version_read_at < VERSION_INTERVAL):
+            return
+        state.version_read_at = started
+        pool, timeout = state.pool, self.settings.scrape_timeout.seconds
+
+        async def fetch(url: str) -> FetchedPage:
+            if pool is not None:
+                return await fetch_target_page(pool, url, timeout, MAX_VERSION_BYTES)
+            return await fetch_page(self.client, url, timeout, MAX_VERSION_BYTES)
+
+        found = await read_version(fetch, state.target.url, engine.engine)
+        if found is None and was_up:
+            return
+        if found != state.version and state.version is not None:
+            log.info("target %s: %s %s -> %s", state.target.name, engine.engine, state.version, found or "unknown")
+        state.version = found
 
     def _within_time(self, state: TargetState, took: float) -> None:
         """A page that took longer than `max_ingest_time` to parse and derive: its target sits out

@@ -36,7 +36,26 @@ _WINDOW_GAUGES = {
     "inference_estimated_memory_read_bytes_per_second": "estimated_read_bytes_per_second",
     "inference_estimated_memory_write_bytes_per_second": "estimated_write_bytes_per_second",
     "inference_admission_rejections_per_second": "admission_rejections_per_second",
+    "inference_external_prefix_cache_hit_ratio": "external_prefix_cache_hit_ratio",
+    "inference_moe_expert_balancedness_ratio": "moe_expert_balancedness_ratio",
+    "inference_pd_transfer_failures_per_second": "pd_transfer_failures_per_second",
+    "inference_pd_transfer_bytes_per_second": "pd_transfer_bytes_per_second",
+    "inference_pd_transfer_ttft_share_ratio": "pd_transfer_ttft_share_ratio",
 }
+# Per KV tier (WindowStats.kv_tiers): our metric -> the tier's number
+_TIER_GAUGES = {
+    "inference_kv_tier_load_bytes_per_second": "load_bytes_per_second",
+    "inference_kv_tier_store_bytes_per_second": "store_bytes_per_second",
+    "inference_kv_tier_load_tokens_per_second": "load_tokens_per_second",
+    "inference_kv_tier_store_tokens_per_second": "store_tokens_per_second",
+    "inference_kv_tier_loads_per_second": "loads_per_second",
+    "inference_kv_tier_evictions_per_second": "evictions_per_second",
+    "inference_kv_tier_hit_ratio": "hit_ratio",
+    "inference_kv_tier_load_mean_seconds": "load_mean_seconds",
+    "inference_kv_tier_reload_ratio": "reload_ratio",
+}
+# Latency quantiles per KV tier: our summary -> the histogram kind ("kv_load/<tier>")
+_TIER_SUMMARIES = {"inference_kv_tier_load_seconds": "kv_load", "inference_kv_tier_store_seconds": "kv_store"}
 _SUMMARIES = {
     "inference_ttft_seconds": "ttft",
     "inference_tpot_seconds": "tpot",
@@ -46,6 +65,7 @@ _SUMMARIES = {
     "inference_decode_time_seconds": "decode",
     "inference_request_inference_time_seconds": "inference",
     "inference_request_preemptions": "request_preemptions",
+    "inference_pd_transfer_seconds": "pd_transfer",
 }
 _TARGET_GAUGES = {
     "inference_requests_running": "running",
@@ -104,7 +124,8 @@ def _render(view: ServiceView, family: Callable[[str], F]) -> Iterator[F]:
         if target.engine:
             info.add_sample(
                 "inference_target_info",
-                {"target": name, "engine": target.engine, "generation": target.generation or ""},
+                {"target": name, "engine": target.engine, "generation": target.generation or "",
+                 **({"version": target.version} if target.version else {})},
                 1.0,
             )
     stale_count.add_sample("inference_monitor_stale_targets", {"collector": "service"},
@@ -148,7 +169,40 @@ def _render(view: ServiceView, family: Callable[[str], F]) -> Iterator[F]:
         for source, rate in sorted(stats.prompt_tokens_cached_by_source.items()):
             cached.add_sample("inference_prompt_tokens_cached_per_second", {**labels, "source": source}, rate)
     yield cached
+    yield from _tiers(rows, family)
     yield from _target_gauges(view, family)
+
+
+def _tiers(rows: list[tuple[dict[str, str], WindowStats]], family: Callable[[str], F]) -> Iterator[F]:
+    for metric, kind in _TIER_SUMMARIES.items():
+        fam = family(metric)
+        for labels, stats in rows:
+            for key, quantiles in sorted(stats.quantiles.items()):
+                histogram, slash, tier = key.partition("/")
+                if slash and histogram == kind:
+                    for q, value in quantiles.items():
+                        fam.add_sample(metric, {**labels, "tier": tier, "quantile": f"{q:g}"}, value)
+        yield fam
+    for metric, key in _TIER_GAUGES.items():
+        fam = family(metric)
+        for labels, stats in rows:
+            for tier, numbers in sorted(stats.kv_tiers.items()):
+                if key in numbers:
+                    fam.add_sample(metric, {**labels, "tier": tier}, numbers[key])
+        yield fam
+
+
+def tier_usage(gauges: dict[str, dict[str, float]]) -> list[tuple[str, str, float]]:
+    """(model, tier, used / capacity) of the tiers whose capacity the page gives (SGLang's host pool)."""
+    out = []
+    for key, capacities in sorted(gauges.items()):
+        kind, _, tier = key.partition("/")
+        if kind != "kv_tier_capacity":
+            continue
+        used = gauges.get(f"kv_tier_used/{tier}", {})
+        out += [(model, tier, used[model] / total) for model, total in sorted(capacities.items())
+                if total > 0 and model in used]
+    return out
 
 
 def _position(text: str) -> tuple[int, str]:
@@ -184,6 +238,11 @@ def _target_gauges(view: ServiceView, family: Callable[[str], F]) -> Iterator[F]
                 for kept, value in sorted(values.items()):
                     fam.add_sample(metric, {"target": name, "model": model, label: kept}, value)
         yield fam
+    usage = family("inference_kv_tier_usage_ratio")
+    for name, target in view.targets.items():
+        for model, tier, ratio in tier_usage(target.gauges):
+            usage.add_sample(usage.name, {"target": name, "model": model, "tier": tier}, ratio)
+    yield usage
     imbalance, sleeping = family("inference_rank_imbalance_ratio"), family("inference_engines_sleeping")
     for name, target in view.targets.items():
         for model, ratio in sorted(rank_imbalance(target.labelled).items()):
@@ -278,7 +337,8 @@ class ServiceText:
 
 def text_key(target: TargetView) -> tuple[object, ...]:
     """What a target's lines depend on besides its numbers."""
-    return (target.up, target.stale, target.waiting, target.recognized, target.engine, target.generation)
+    return (target.up, target.stale, target.waiting, target.recognized, target.engine, target.generation,
+            target.version)
 
 
 def target_texts(view: ServiceView, target: TargetView, writer: TextWriter) -> TargetLines:

@@ -93,6 +93,8 @@ class TargetState:
     refused: bool = False  # its last page was over one of its budgets (monitor/service/budget.py)
     refused_until: float | None = None  # monotonic time before which it is not scraped (a slow page)
     ingest_seconds: float = 0.0  # the last page's parse and derivation (where it ran)
+    version: str | None = None  # the engine's version, from its API (monitor/service/version.py)
+    version_read_at: float | None = None  # when it was last read (None: at the next scrape that finds it up)
 
 
 class TargetPipeline:
@@ -240,4 +242,5 @@ def target_view(name: str, state: TargetState, up: bool, stale: bool) -> TargetV
         recognized=state.unrecognized is None,
         detail=state.error,
         refused=state.refused,
+        version=state.version if engine else None,
     )

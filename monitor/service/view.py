@@ -28,6 +28,7 @@ class TargetView:
     recognized: bool = True  # False: the page answered but matches no engine table
     detail: str | None = None  # why it is down or unrecognised
     refused: bool = False  # down because its page was over one of its budgets (budget.py)
+    version: str | None = None  # the engine's version, where its API answers it (version.py)
     gauges: dict[str, dict[str, float]] = field(default_factory=dict)  # metric -> model -> value
     labelled: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # ... -> rank/reason -> value
     lora: LoraState | None = None

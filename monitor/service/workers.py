@@ -278,7 +278,8 @@ class ParseWorkers:
         slot = self._slot(name)
         process = await self._process(slot)
         slot.names.add(name)
-        call = process.call("ingest", name, state.epoch, state.target, reload, text, openmetrics, ts, time.monotonic())
+        call = process.call("ingest", name, state.epoch, state.target, reload, text, openmetrics, ts, time.monotonic(),
+                            state.version)
         try:
             result: Ingested = await (call if deadline is None else asyncio.wait_for(call, deadline))
         except TimeoutError:
@@ -387,13 +388,14 @@ def _start(settings: ServiceSettings) -> None:
     _FREEZER.start()  # as the monitor's own worker thread: each page's objects frozen after it
 
 def _ingest(name: str, epoch: int, target: Target, reload: list[Point] | None, text: str, openmetrics: bool,
-            ts: float, queued: float) -> Ingested:
+            ts: float, queued: float, version: str | None = None) -> Ingested:
     pipeline, view = _PIPELINE, _VIEW
     assert pipeline is not None and view is not None, "not a parse worker"
     state = _STATES.get(name)
     if state is None or state.epoch != epoch:
         state = _STATES[name] = pipeline.new_state(target)
         state.epoch = epoch
+    state.version = version  # the monitor reads it (collector.py): its lines carry it
     try:
         if reload:
             apply_points(state, reload)

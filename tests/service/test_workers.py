@@ -49,7 +49,8 @@ PAGES = {  # host -> the page it grows from: real engines' pages, and one engine
 
 def service_settings(**service: object) -> ServiceSettings:
     return load_settings(None, {"infra": {"nvml": {"enabled": "false"}}, "service": {
-        "windows": ["30s", "1m"], "baseline_window": "2m", "baseline_min_coverage": 0.5, **service,
+        "windows": ["30s", "1m"], "baseline_window": "2m", "baseline_min_coverage": 0.5, "engine_version": True,
+        **service,
         "targets": [{"name": host, "url": f"http://{host}/metrics"} for host in PAGES]}}).service
 
 
@@ -58,6 +59,8 @@ def growing_transport(broken: set[str]) -> httpx.MockTransport:
 
     def handler(request: httpx.Request) -> httpx.Response:
         host = request.url.host
+        if request.url.path != "/metrics":  # the engine's API: its version (monitor/service/version.py)
+            return httpx.Response(200, json={"version": f"{host}-1.0", "build_info": f"{host}-b1"})
         hits[host] = hits.get(host, 0) + 1
         page = grow(PAGES[host], 1 + 0.1 * hits[host] * (1 + len(host) % 3))
         return httpx.Response(200, text=page[:-1] if host in broken else page)  # cut: no final line feed
@@ -135,6 +138,7 @@ def test_worker_processes_derive_what_the_worker_thread_derives() -> None:
         pages.append("".join(out))
         rendered.append(text.renders)
     assert pages[1] == pages[0] and pages[0].startswith("# HELP inference_target_up")
+    assert 'target="llamacpp",version="llamacpp-b1"} 1.0' in pages[0]  # the workers' lines carry the version
     assert rendered == [len(PAGES) + 1, 1]
 
 
