@@ -14,7 +14,7 @@ them (`ServiceText`, as `infermon serve` writes it after each scrape).
 
 With `--pauses`, also each page's collection back to back and after a 1 s busy wait, beside the
 1 s sleep the ratio's collections follow: what the pause between scrapes costs, and whether an
-idle core is why (docs/measurements.md, tenth stop).
+idle core is why (docs/history/measurements-2026.md, tenth stop).
 """
 
 from __future__ import annotations

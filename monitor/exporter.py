@@ -97,7 +97,7 @@ def encode_chunks(parts: list[str]) -> list[bytes]:
     A join and an encode are single C calls that hold the interpreter: on a large fleet's page
     one join, and a last join of the encoded pieces into one bytes object (fresh memory,
     page-faulted in), held it long enough to stall the event loop (and /healthz) all along
-    (docs/measurements.md, seventh and eighth stops). The pieces are what /metrics sends and the
+    (docs/history/measurements-2026.md, seventh and eighth stops). The pieces are what /metrics sends and the
     rules read back: never joined in one call. A part is written whole into one piece (a family's
     text may be larger)."""
     chunks: list[bytes] = []

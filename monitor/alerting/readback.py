@@ -3,7 +3,7 @@
 `infermon serve` renders /metrics once per publish tick; the embedded rules then read the samples
 they need back from that page, so they see exactly what a Prometheus scrape of it gets. Parsing
 and matching a large fleet's page in full every tick is most of an evaluation, yet tick after
-tick the series are the same and only their values move (docs/measurements.md has the numbers).
+tick the series are the same and only their values move (docs/history/measurements-2026.md has the numbers).
 
 `PageReader` reads only the families the rules read, each from its `# TYPE` line to the next
 comment (the renderer writes a family's samples there and nowhere else). A family's lines whose

@@ -1,5 +1,5 @@
 """bench/service_scrape.py's measurement runs on the real collector and names every stage it times
-(the numbers themselves belong to the bench, on a quiet machine: README "Benchmarks")."""
+(the numbers themselves belong to the bench, on a quiet machine: docs/measurements.md)."""
 
 from __future__ import annotations
 
