@@ -19,6 +19,7 @@ refuses the page where the full parse refuses it; a family it skips is not check
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Collection, Hashable, Iterator, Mapping, Sequence
@@ -473,8 +474,21 @@ def _unescape(value: str) -> str:
 
 def check_text(text: str) -> None:
     """Reject what is plainly not an exposition (a login page, an error page) before any parsing."""
-    if text.lstrip()[:1] == "<":
+    first = text.lstrip()[:1]
+    if first == "<":
         raise PageError("not Prometheus text: the body looks like HTML")
+    if first in ("{", "[") and _is_json(text):
+        raise PageError("not Prometheus text: the body is JSON (an API's answer, not a metrics page); "
+                        "the engines serve their page at /metrics")
+
+
+def _is_json(text: str) -> bool:
+    # Checked in full: a UTF-8 exposition may start with a quoted name in braces ({"a.b"} 1).
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _next_type_line(text: str, position: int, end: int) -> int:

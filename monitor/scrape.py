@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import json
 import os
 import ssl
 import time
@@ -22,6 +23,7 @@ import h11
 import httpx
 
 from monitor.config import ServiceSettings
+from monitor.redaction import redact_urls
 
 # The text format only. prometheus_client (>= 0.23, up to 0.26 at least) ignores q-values and
 # answers any Accept that lists OpenMetrics with OpenMetrics in `escaping=underscores`, writing
@@ -37,6 +39,9 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 # again on a new connection; so does this, once, within the same deadline. A server that closes
 # every connection unanswered still fails the scrape, with the same reason.
 _STALE_HTTPX = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+# Of an error answer's body, what is read: enough for a JSON error's message (llama-server's 501
+# without --metrics says so in one), never a whole error page.
+ERROR_BODY_BYTES = 4096
 
 
 def pool_limits(settings: ServiceSettings) -> httpx.Limits:
@@ -64,15 +69,17 @@ class FetchedPage:
     size: int
 
 
-async def fetch_page(client: httpx.AsyncClient, url: str, timeout_s: float, max_bytes: int) -> FetchedPage:
-    """GET the page with one deadline for the whole exchange.
+async def fetch_page(client: httpx.AsyncClient, url: str, timeout_s: float, max_bytes: int,
+                     metrics_page: bool = True) -> FetchedPage:
+    """GET the page with one deadline for the whole exchange. A 404 of a `metrics_page` at a path
+    other than /metrics names the URL to use (`http_error`); other GETs (an API's JSON) say no such thing.
 
     httpx's timeouts are per socket operation, so a server that trickles a byte every few
     seconds would never trip them; the outer deadline covers connect + headers + body.
     """
     try:
         async with asyncio.timeout(timeout_s):
-            return await _fetch(client, url, max_bytes)
+            return await _fetch(client, url, max_bytes, metrics_page)
     except TimeoutError:
         raise ScrapeError(f"timed out after {timeout_s:g}s") from None
     except httpx.TimeoutException:
@@ -83,7 +90,7 @@ async def fetch_page(client: httpx.AsyncClient, url: str, timeout_s: float, max_
         raise ScrapeError(f"{type(exc).__name__}: {_reason(exc)}") from None
 
 
-async def _fetch(client: httpx.AsyncClient, url: str, max_bytes: int) -> FetchedPage:
+async def _fetch(client: httpx.AsyncClient, url: str, max_bytes: int, metrics_page: bool) -> FetchedPage:
     # user:password in the URL travels as a Basic auth header, never inside the URL that
     # httpx writes to its log.
     parsed = httpx.URL(url)
@@ -97,7 +104,8 @@ async def _fetch(client: httpx.AsyncClient, url: str, max_bytes: int) -> Fetched
             async with client.stream("GET", parsed, headers={"Accept": ACCEPT}, auth=auth) as response:
                 answered = True
                 return await _read_page(response.status_code, response.headers.get("content-length", ""),
-                                        response.headers.get("content-type", ""), response.aiter_bytes(), max_bytes)
+                                        response.headers.get("content-type", ""), response.aiter_bytes(), max_bytes,
+                                        parsed if metrics_page else None)
         except _STALE_HTTPX:
             if answered or attempt == 2:
                 raise
@@ -105,11 +113,17 @@ async def _fetch(client: httpx.AsyncClient, url: str, max_bytes: int) -> Fetched
 
 
 async def _read_page(
-    status: int, declared: str, content_type: str, body: AsyncIterator[bytes], max_bytes: int
+    status: int, declared: str, content_type: str, body: AsyncIterator[bytes], max_bytes: int,
+    url: httpx.URL | None
 ) -> FetchedPage:
     """A 200 answer's body, at most `max_bytes` (declared or streamed), as UTF-8 text."""
     if status != 200:
-        raise ScrapeError(f"HTTP {status}")
+        start = b""
+        async for chunk in body:
+            start += chunk
+            if len(start) >= ERROR_BODY_BYTES:
+                break
+        raise http_error(status, start[:ERROR_BODY_BYTES], url)
     if declared.isdigit() and int(declared) > max_bytes:
         raise ScrapeError(f"page larger than {max_bytes} bytes ({declared})")
     chunks: list[bytes] = []
@@ -129,6 +143,38 @@ def _page(body: bytes, content_type: str) -> FetchedPage:
     except UnicodeDecodeError:
         raise ScrapeError("page is not UTF-8 text") from None
     return FetchedPage(text=text, openmetrics="openmetrics" in content_type, size=len(body))
+
+
+def http_error(status: int, body: bytes, url: httpx.URL | None) -> ScrapeError:
+    """`HTTP 404`, with what the answer says about the fix: the server's own message from a JSON
+    error body (llama-server without --metrics: "... Start it with `--metrics`"), or, for a 404 of a
+    metrics page (`url`) at a path other than /metrics, the URL the engines serve their page at."""
+    reason = f"HTTP {status}"
+    said = _error_message(body)
+    if said and "metrics endpoint" in said and "--metrics" not in said:
+        said += " (llama-server: start it with --metrics)"  # older llama.cpp builds do not say how
+    if said:
+        reason += f": {said}"
+    if status == 404 and url is not None and not url.path.rstrip("/").endswith("/metrics"):
+        base = url.copy_with(path="/metrics", query=None, fragment=None, username=None, password=None)
+        reason += f"; the engines serve their page at /metrics: set the target's url to {base}"
+    return ScrapeError(reason)
+
+
+def _error_message(body: bytes) -> str:
+    """The message of a JSON error body (llama.cpp and OpenAI `{"error": {"message"}}`, FastAPI
+    `{"detail"}`, `{"message"}`), one line of at most 200 characters, URLs without credentials."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return ""
+    for _ in range(3):
+        if not isinstance(data, dict):
+            break
+        data = data.get("error") or data.get("message") or data.get("detail")
+    if not isinstance(data, str) or not data.strip():
+        return ""
+    return redact_urls(" ".join(data.split()))[:200]
 
 
 def _connect_reason(exc: Exception) -> str:
@@ -191,6 +237,7 @@ class _Exchange(asyncio.Protocol):
         self.response: h11.Response | None = None
         self.chunks: list[bytes] = []
         self.size = 0
+        self.error_answer = False  # a non-200 answer: its body is read only up to ERROR_BODY_BYTES
         self.lost = False  # the peer closed (or reset) the connection
         self.socket_transport: object = None  # the socket's own transport (under TLS, the one asyncio's wraps)
 
@@ -248,10 +295,13 @@ class _Exchange(asyncio.Protocol):
                 return
             if isinstance(event, h11.Response):
                 self.response = event
-                if event.status_code != 200:  # an error or a redirect: its body is never read
+                if event.status_code in _REDIRECTS:  # its body is never read
                     self.waiter.set_result((event, b""))
                     self.close()
                     return
+                if event.status_code != 200:  # an error: the start of its body, for the server's message
+                    self.error_answer, self.max_bytes = True, ERROR_BODY_BYTES
+                    continue
                 declared = _header(event, b"content-length")
                 if declared.isdigit() and int(declared) > self.max_bytes:
                     self._limit(f"page larger than {self.max_bytes} bytes ({declared})")
@@ -259,6 +309,8 @@ class _Exchange(asyncio.Protocol):
             elif isinstance(event, h11.Data):
                 self.size += len(event.data)
                 if self.size > self.max_bytes:
+                    if self.error_answer:
+                        self.chunks.append(event.data)
                     self._limit(f"page larger than {self.max_bytes} bytes")
                     return
                 self.chunks.append(event.data)
@@ -266,19 +318,24 @@ class _Exchange(asyncio.Protocol):
                 assert self.response is not None
                 body, self.chunks = b"".join(self.chunks), []  # not kept: they held the page till the next scrape
                 self.waiter.set_result((self.response, body))
+                if self.error_answer:
+                    self.close()  # as before its body was read: a target answering errors gets a new connection
                 return
             elif isinstance(event, h11.ConnectionClosed):
                 return
 
     def _limit(self, reason: str) -> None:
         assert self.waiter is not None
-        self.waiter.set_exception(ScrapeError(reason))
+        if self.error_answer and self.response is not None:
+            self.waiter.set_result((self.response, b"".join(self.chunks)[:ERROR_BODY_BYTES]))
+        else:
+            self.waiter.set_exception(ScrapeError(reason))
         self.close()  # the rest of the body is never read: the connection cannot be reused
 
     async def get(self, target: bytes, headers: list[tuple[bytes, bytes]]) -> tuple[h11.Response, bytes]:
         assert self.transport is not None
         self.waiter = asyncio.get_running_loop().create_future()
-        self.response, self.chunks, self.size = None, [], 0
+        self.response, self.chunks, self.size, self.error_answer = None, [], 0, False
         self.transport.write(self.h11.send(h11.Request(method=b"GET", target=target, headers=headers))
                              + (self.h11.send(h11.EndOfMessage()) or b""))
         try:
@@ -439,7 +496,7 @@ async def _fetch_kept(conn: TargetConnection, url: str, max_bytes: int) -> Fetch
             current = current.join(location).copy_with(fragment=None)
             continue
         if response.status_code != 200:
-            raise ScrapeError(f"HTTP {response.status_code}")
+            raise http_error(response.status_code, body, current)
         return _page(body, _header(response, b"content-type"))
     raise ScrapeError(f"more than {MAX_REDIRECTS} redirects")
 

@@ -13,8 +13,10 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import resource
+import socket
 from typing import Any
 
 import h11
@@ -24,6 +26,33 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from monitor.config import ServerSettings
 
 log = logging.getLogger("monitor.server")
+
+
+class CannotListen(Exception):
+    """The server's address cannot be bound; the message says which setting to change."""
+
+
+def listening_socket(host: str, port: int, name: str, fix: str) -> socket.socket:
+    """The server's socket, bound before anything else starts (uvicorn binds after the monitor's
+    start-up, and a port in use ended it with a traceback per task). `name` leads the message (the
+    key, `server.port`), `fix` says how to pick another port."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: TIME-WAIT does not block a restart
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise CannotListen(f"{name}: port {port} on {host} is already in use (another infermon serve or "
+                               f"demo?): stop it, or {fix}") from None
+        if exc.errno == errno.EACCES:
+            raise CannotListen(f"{name}: port {port} on {host}: permission denied (below 1024 needs root): "
+                               f"{fix}") from None
+        raise CannotListen(f"server.host: cannot listen on {host}:{port}: {exc.strerror or exc}: set server.host "
+                           "(INFERMON_SERVER__HOST, --host) to an address of this machine, or 0.0.0.0") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def raise_fd_limit() -> int:
@@ -110,7 +139,7 @@ def uvicorn_config(app: Any, settings: ServerSettings) -> uvicorn.Config:
     # loop="asyncio", not uvicorn's "auto" (uvloop wherever it is installed, as in vLLM's and
     # SGLang's images): the scrape path, the parse workers' pipes and the loop's turns are built and
     # measured on asyncio's own loop. Under uvloop, on a large fleet, the schedule fell far behind
-    # with no derived series, and the parse workers did not start (docs/measurements.md, tenth stop).
+    # with no derived series, and the parse workers did not start (docs/history/measurements-2026.md, tenth stop).
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False,
         loop="asyncio",

@@ -18,6 +18,7 @@ from typing import Any
 from monitor.catalog import CATALOG
 from monitor.config import ConfigError, Settings, describe_problems, load_settings
 from monitor.infra.reading import CLOCK_EVENT_REASONS
+from monitor.infra.replay import load_trace
 from monitor.quality.calibration import GoldSetError, gold_set
 from monitor.quality.redact import BUILTIN_PATTERNS
 from monitor.rulefiles.expr import OutsideSubset, Selector, TooDeep, parse
@@ -37,7 +38,7 @@ def load_checked_settings(path: str | Path | None = None, overrides: dict[str, A
 def check_settings(settings: Settings, path: str | Path | None = None) -> None:
     """ConfigError naming every setting that names what no layer has (where it was set, key, reason)."""
     problems = [*_unknown_engines(settings), *_unknown_reasons(settings), *_unknown_patterns(settings),
-                *_bad_gold_set(settings),
+                *_bad_gold_set(settings), *_replay_trace(settings),
                 *_history_series(settings)]
     if problems:
         raise ConfigError(describe_problems(problems, path))
@@ -67,6 +68,17 @@ def _bad_gold_set(settings: Settings) -> Iterator[Problem]:
         gold_set(settings.quality.judge)
     except GoldSetError as exc:
         yield ("quality", "judge", "calibration"), str(exc)
+
+
+def _replay_trace(settings: Settings) -> Iterator[Problem]:
+    """A recorded trace to replay (infra.replay.file) loads, or the key says why not: `check` says so
+    in a line, as `serve` does, not after printing the configuration OK."""
+    if settings.infra.replay.file is None:
+        return
+    try:
+        load_trace(settings.infra.replay.file)
+    except ConfigError as exc:
+        yield ("infra", "replay", "file"), str(exc).removeprefix("infra.replay.file: ")
 
 
 def _unknown_patterns(settings: Settings) -> Iterator[Problem]:

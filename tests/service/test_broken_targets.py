@@ -132,7 +132,7 @@ CASES = [
          "not Prometheus text: the body looks like HTML"),
     Case("json", at("/json", Page('{"object": "error", "message": "Not Found"}\n',
                                   content_type="application/json")),
-         "not Prometheus text: line 1: unterminated label block"),
+         "not Prometheus text: the body is JSON"),
     Case("malformed-sample", at("/malformed", Page(malformed_page()[0])),
          f"line {malformed_page()[1]}: bad value 'twelve'"),
     Case("binary-garbage", at("/garbage", garbage_page()), "page is not UTF-8 text"),

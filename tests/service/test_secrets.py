@@ -36,7 +36,8 @@ def test_url_credentials_stay_secret(caplog: pytest.LogCaptureFixture) -> None:
         sent = [r.headers for r in server.requests if r.path == "/missing"]
     targets = status["layers"]["service"]["targets"]  # type: ignore[index]
     assert [t["up"] for t in targets] == [False, False]
-    assert targets[1]["error"] == "HTTP 404"
+    assert targets[1]["error"].startswith("HTTP 404; the engines serve their page at /metrics: set the target's url to "
+                                          "http://127.0.0.1:")  # the hint holds no credentials
     assert "scraper@" not in json.dumps(status) and "127.0.0.1" in json.dumps(status)
     for text in (json.dumps(status), metrics.decode(), caplog.text):
         assert SECRET not in text
