@@ -297,7 +297,8 @@ class Monitor:
     def sample_history(self) -> None:
         if isinstance(self.wall, SteadyClock):
             self.wall.note_step()  # (after each cost run: a step is logged whether or not status is read)
-        self.history.add(self.wall(), headline(self.service.view, self.infra.view, self.cost.view))
+        canary_ttft = [s.last.ttft_seconds for s in self.canary.probes.values() if s.last is not None and s.last.ok]
+        self.history.add(self.wall(), headline(self.service.view, self.infra.view, self.cost.view, canary_ttft))
 
     def reload(self) -> bool:
         """SIGHUP: read the configuration file again. A broken file keeps the running configuration

@@ -8,7 +8,6 @@ state so a restart neither forgets a pending alert's start nor announces a firin
 
 from __future__ import annotations
 
-import heapq
 import logging
 import math
 import threading
@@ -242,8 +241,9 @@ class EmbeddedEvaluator:
         """The active alerts for the readers (the overview, the alerts API, status, /metrics), who
         read them without the lock: an evaluation holds it a long while (with many alerts, a reader
         on the loop waited for the worker thread's evaluation)."""
-        self._listing = tuple((state.rule.key, fp, alert)
-                              for state in self.states for fp, alert in state.active.items())
+        self._listing = tuple(sorted(((state.rule.key, fp, alert)
+                                      for state in self.states for fp, alert in state.active.items()),
+                                     key=_shown_first))
 
     def write(self, alerts: list[Alert], changes: StateChanges) -> bool:
         """Hand the transitions to the sink and save the changed states; False when either failed
@@ -351,12 +351,11 @@ class EmbeddedEvaluator:
     # ---- views --------------------------------------------------------------------------
 
     def active(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """The active alerts as the last evaluation left them, in rule order; with `limit`, the
-        first `limit` of them firing first, then by name (only those are built: the overview's)."""
+        """The active alerts as the last evaluation left them, in the order they are read in
+        (`_shown_first`, sorted once per evaluation, off the loop); with `limit`, the first `limit`
+        of them (only those are built: the overview's)."""
         listed: Sequence[Listed] = self._listing
-        if limit is not None and len(listed) > limit:
-            listed = heapq.nsmallest(limit, listed, key=_shown_first)  # stable: as sorted(...)[:limit]
-        return [self._row(*each) for each in listed]
+        return [self._row(*each) for each in listed[:limit]]
 
     async def active_in_turns(self) -> list[dict[str, Any]]:
         """`active()` on the loop, its other work let in between alerts (a large fleet has many)."""
@@ -409,9 +408,19 @@ class EmbeddedEvaluator:
         return fam
 
 
-def _shown_first(listed: Listed) -> tuple[bool, str]:
-    alert = listed[2]
-    return alert.state != "firing", alert.labels.get("alertname", "")
+# The order an operator reads active alerts in (the page, `infermon status`, the alerts API).
+SEVERITY_ORDER = ("critical", "warning", "info")  # any other severity after these
+
+
+def _shown_first(listed: Listed) -> tuple[bool, int, float, str, str]:
+    """Firing before pending; then by severity; then the oldest first (since it fired, or went
+    pending): the first alert of a cascade is the likeliest cause, and a row keeps its place as
+    others join; then by name and fingerprint, so equal alerts keep one order."""
+    _, fp, alert = listed
+    severity = alert.labels.get("severity", "")
+    rank = SEVERITY_ORDER.index(severity) if severity in SEVERITY_ORDER else len(SEVERITY_ORDER)
+    since = alert.fired_at if alert.fired_at is not None else alert.active_at
+    return alert.state != "firing", rank, since, alert.labels.get("alertname", ""), fp
 
 
 def _annotated(annotations: Mapping[str, str], extra: Mapping[str, str] | None) -> dict[str, str]:

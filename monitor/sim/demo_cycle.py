@@ -14,6 +14,7 @@ import itertools
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -118,17 +119,42 @@ def demo_rules(directory: Path, cycle_keep_firing: str = CYCLE_KEEP_FIRING,
         data = yaml.safe_load(resolve(Path(f"alerts/{name}.yml")).read_text())
         for group in data.get("groups", []):
             for rule in group.get("rules", []):
-                if "expr" in rule and rule.get("alert") not in shipped_window:
+                if "expr" in rule and rule.get("alert") not in shipped_window and 'window="5m"' in str(rule["expr"]):
                     rule["expr"] = str(rule["expr"]).replace('window="5m"', 'window="1m"')
+                    _reword(rule, f"the last {spoken(300)}", f"the last {spoken(60, alone=True)}")
                 if "alert" not in rule:
                     continue
                 cycle = rule["alert"] in CYCLE_ALERTS
+                shipped_for = str(rule.get("for", "0s"))
                 if cycle and "for" in rule and Duration(str(rule["for"])).seconds > DEMO_FOR_S:
                     rule["for"] = f"{DEMO_FOR_S:g}s"
                 if cycle and cycle_for and rule["alert"] in cycle_for:
                     rule["for"] = cycle_for[rule["alert"]]
+                if str(rule.get("for", "0s")) != shipped_for:
+                    _reword(rule, f"for {spoken(Duration(shipped_for).seconds)}",
+                            f"for {spoken(Duration(str(rule['for'])).seconds)}")
                 rule.setdefault("keep_firing_for", cycle_keep_firing if cycle else KEEP_FIRING)
         path = directory / f"{name}.yml"
         path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
         out.append(path)
     return out
+
+
+def spoken(seconds: float, alone: bool = False) -> str:
+    """A duration as the rules' words say it: 300 -> "5 minutes", 30 -> "30 seconds"; `alone`: one
+    unit without its number ("the last minute")."""
+    unit, count = "second", int(seconds)
+    for name, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            unit, count = name, int(seconds // size)
+            break
+    if count == 1:
+        return unit if alone else f"1 {unit}"
+    return f"{count} {unit}s"
+
+
+def _reword(rule: dict[str, Any], said: str, meant: str) -> None:
+    """The rule's annotations with the duration they say changed to the one the demo gives it (the
+    demo shortens windows and `for`: "over the last 5 minutes" on window=1m misleads)."""
+    for key, text in (rule.get("annotations") or {}).items():
+        rule["annotations"][key] = str(text).replace(said, meant)

@@ -6,7 +6,9 @@ judge scores them, and a run happens within the first minute.
   answer to the monitor's POST /api/v1/samples, as a gateway would.
 - `simulated_history`: a week of earlier answers (filler text of the simulator's kind, marked
   `simulated-history`) so the baseline checks have days to compare with. The history's answers
-  are a little shorter than today's, so the length-drift check has something to show.
+  are shorter than today's by DEMO_LENGTH_DRIFT, well past `length_changed`'s threshold, so the
+  length drift and its cause show in every run (at +27-32 % it sat on the 0.3 threshold, and the
+  cause was `unknown` in one run, `length_changed` in the next).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import uvicorn
 from monitor.aio import finish
 from monitor.quality.sample import Sample
 from monitor.sim.judge import create_judge_app
+from monitor.sim.profile import LatencyProfile
 from monitor.sim.protocol import filler_text
 from monitor.sim.server import InLoopServer, serve_in_loop
 
@@ -42,8 +45,35 @@ async def serve_judge(port: int, started: asyncio.Event, latency_s: float = 0.0,
     await serve_in_loop(InLoopServer(config), started)
 
 
+FEED_MAX_TOKENS = (48, 320)  # each request of today's feed asks a max_tokens drawn from this range
+FEED_SEED = 7  # ... by a random.Random of this seed
+# Today's mean answer length over the history's, by design: 2.5 x length_change_ratio (0.3); the
+# feed's seeded max_tokens and the simulator's draws made +47 % and +50 % of it in two demos.
+DEMO_LENGTH_DRIFT = 0.75
+
+
+def expected_answer_tokens(profile: LatencyProfile | None = None,
+                           max_tokens: tuple[int, int] = FEED_MAX_TOKENS) -> float:
+    """The mean length of the simulator's answers to the feed (the demo's engine runs the default
+    profile): min(the engine's own length, the request's max_tokens), both uniform --
+    E[min] = sum over k >= 1 of P(X >= k) P(Y >= k)."""
+    profile = profile or LatencyProfile()
+    def at_least(bounds: tuple[int, int], k: int) -> float:
+        low, high = bounds
+        return min(1.0, max(0.0, (high - k + 1) / (high - low + 1)))
+
+    return sum(at_least(profile.output_tokens, k) * at_least(max_tokens, k)
+               for k in range(1, min(profile.output_tokens[1], max_tokens[1]) + 1))
+
+
+def history_tokens(drift: float = DEMO_LENGTH_DRIFT) -> tuple[int, int]:
+    """The range the history's lengths are drawn from: a mean `drift` below today's expected one."""
+    mean = expected_answer_tokens() / (1 + drift)
+    return round(mean / 2), round(mean * 1.5)
+
+
 async def feed_request_log(sim_url: str, monitor_url: str, count: int, concurrency: int = 8,
-                           max_tokens: tuple[int, int] = (48, 320), seed: int = 7) -> int:
+                           max_tokens: tuple[int, int] = FEED_MAX_TOKENS, seed: int = FEED_SEED) -> int:
     """`count` answers of the simulator posted to the request log; returns how many were stored."""
     rng = random.Random(seed)
     limit = asyncio.Semaphore(concurrency)
@@ -73,7 +103,9 @@ async def feed_request_log(sim_url: str, monitor_url: str, count: int, concurren
 
 
 def simulated_history(model: str, today: str, days: int, per_day: int, timezone: str,
-                      tokens: tuple[int, int] = (32, 200), seed: int = 11) -> list[Sample]:
+                      tokens: tuple[int, int] | None = None, seed: int = 11) -> list[Sample]:
+    """`tokens`: the range of the answers' lengths (`history_tokens()` by default)."""
+    tokens = tokens or history_tokens()
     rng = random.Random(seed)
     zone = ZoneInfo(timezone)
     out: list[Sample] = []

@@ -19,15 +19,21 @@ MAX_POINTS = 720  # one hour at a 5 s interval; at 15 s the ring holds three hou
 class Series:
     key: str
     title: str
-    unit: str  # how the template formats a value: "rps", "s", "ratio", "usd_h"
+    unit: str  # how the template formats a value: "rps", "tps", "s", "ratio", "usd_h"
+    # Shown in this series' place while it has no points: what the fleet does give (llama.cpp's
+    # page has no request count and no TTFT; its tokens/s and the canary's TTFT stand in).
+    substitute: Series | None = None
 
 
 HEADLINE = (
-    Series("requests_per_second", "Fleet requests/s", "rps"),
-    Series("ttft_p99_seconds", "P99 TTFT", "s"),
+    Series("requests_per_second", "Fleet requests/s", "rps",
+           Series("generation_tokens_per_second", "Fleet generated tokens/s", "tps")),
+    Series("ttft_p99_seconds", "P99 TTFT", "s",
+           Series("canary_ttft_seconds", "Canary TTFT (client-side; no engine TTFT)", "s")),
     Series("gpu_utilization_ratio", "GPU utilization", "ratio"),
     Series("usd_per_hour", "Spend $/hour", "usd_h"),
 )
+SAMPLED = tuple(s for headline in HEADLINE for s in (headline, headline.substitute) if s is not None)
 
 
 @dataclass
@@ -38,7 +44,7 @@ class History:
 
     def add(self, ts: float, values: dict[str, float | None]) -> None:
         """One sample per series; a missing value (no data yet, target down) leaves a gap."""
-        for series in HEADLINE:
+        for series in SAMPLED:
             value = values.get(series.key)
             if value is None:
                 continue

@@ -6,7 +6,7 @@ shape, so the browser, the terminal and a script see the same numbers.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from monitor.aio import Turns
@@ -67,16 +67,22 @@ def _configured(source: OverviewSource) -> bool:
     return bool(source.settings.service.targets or source.settings.service.file_sd)
 
 
-def headline(service: ServiceView, infra: InfraView, cost: CostView) -> dict[str, float | None]:
-    """The values the history ring samples: fleet requests/s, worst P99 TTFT, mean GPU use, $/h."""
+def headline(service: ServiceView, infra: InfraView, cost: CostView,
+             canary_ttft: Iterable[float | None] = ()) -> dict[str, float | None]:
+    """The values the history ring samples: fleet requests/s and generated tokens/s, worst P99
+    TTFT, mean GPU use, $/h; `canary_ttft`: each probe's last TTFT (the worst is sampled), the
+    latency of an engine whose page has no TTFT (llama.cpp)."""
     window = _window(service)
     fleet = [stats for (_, w), stats in service.fleet.items() if w == window]
     rates = [s.requests_per_second for s in fleet if s.requests_per_second is not None]
+    tokens = [s.generation_tokens_per_second for s in fleet if s.generation_tokens_per_second is not None]
     p99 = [s.quantiles.get("ttft", {}).get(0.99) for s in fleet]
     util = [g.reading.utilization_ratio for g in infra.gpus if g.up and g.reading is not None]
     return {
         "requests_per_second": sum(rates) if rates else None,
+        "generation_tokens_per_second": sum(tokens) if tokens else None,
         "ttft_p99_seconds": max((v for v in p99 if v is not None), default=None),
+        "canary_ttft_seconds": max((v for v in canary_ttft if v is not None), default=None),
         "gpu_utilization_ratio": mean(v for v in util if v is not None),
         "usd_per_hour": cost.numbers.usd_per_hour if cost.present else None,
     }
@@ -185,7 +191,10 @@ def _stats(stats: WindowStats) -> dict[str, float | None]:
     return {"requests_per_second": stats.requests_per_second, "error_ratio": stats.error_ratio,
             "generation_tokens_per_second": stats.generation_tokens_per_second,
             "ttft_p50_seconds": ttft.get(0.5), "ttft_p99_seconds": ttft.get(0.99),
-            "tpot_p50_seconds": tpot.get(0.5), "tpot_p99_seconds": tpot.get(0.99)}
+            "tpot_p50_seconds": tpot.get(0.5), "tpot_p99_seconds": tpot.get(0.99),
+            # every observation under the first bucket's bound: the quantiles read "< bound"
+            "ttft_below_seconds": stats.below_first_bound.get("ttft"),
+            "tpot_below_seconds": stats.below_first_bound.get("tpot")}
 
 
 def gpu_rows(view: InfraView) -> dict[str, Any]:
@@ -248,7 +257,8 @@ def cost_summary(view: CostView) -> dict[str, Any]:
 
 
 def _alerts(source: OverviewSource, counts: dict[tuple[str, str, str], int]) -> dict[str, Any]:
-    """The first SHOWN_ALERTS active alerts (firing first, then by name) with their deliveries,
+    """The first SHOWN_ALERTS active alerts (firing first, then by severity, then the oldest first:
+    the evaluator's order) with their deliveries,
     and how many are firing and pending in all: a large fleet can have tens of thousands active,
     and building, sending and reading every one of them is the alerts API's job, not the page's."""
     active = source.alerting.active(limit=SHOWN_ALERTS) if source.alerting else []
@@ -263,7 +273,6 @@ def _alerts(source: OverviewSource, counts: dict[tuple[str, str, str], int]) -> 
              "probable_cause": a["annotations"].get("probable_cause"),
              # a pending alert has sent nothing: what an earlier firing of it got is not its delivery
              "deliveries": delivered.get(_key(a["labels"]), {}) if a["state"] == "firing" else {}} for a in active]
-    rows.sort(key=lambda a: (a["state"] != "firing", a["name"]))
     return {"enabled": source.alerting is not None, "active": rows,
             "firing": sum(n for (_, _, state), n in counts.items() if state == "firing"),
             "pending": sum(n for (_, _, state), n in counts.items() if state == "pending"),
@@ -315,5 +324,16 @@ def _row_name(row: dict[str, Any]) -> str:
 
 
 def charts(history: History, now: float) -> list[dict[str, Any]]:
-    return [{"key": s.key, "title": s.title, "unit": s.unit, "points": history.points(s.key, now)}
-            for s in HEADLINE]
+    """The four headline charts; a series with no points gives its place to its substitute when
+    that has some (`substitute_for`: the title it stands in for). A chart without points stays in
+    the list, empty: the page collapses it into one line."""
+    shown = []
+    for series in HEADLINE:
+        chosen, points = series, history.points(series.key, now)
+        if not points and series.substitute is not None:
+            stand_in = history.points(series.substitute.key, now)
+            if stand_in:
+                chosen, points = series.substitute, stand_in
+        shown.append({"key": chosen.key, "title": chosen.title, "unit": chosen.unit, "points": points,
+                      "substitute_for": series.title if chosen is not series else None})
+    return shown

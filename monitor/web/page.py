@@ -30,8 +30,8 @@ REFRESH_HELP = ("seconds between the page's reloads (at least 5); 0: the page do
 def environment() -> Environment:
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
                       trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(num=num, ms=ms, pct=pct, usd=usd, gib=gib, ago=ago, clock=clock, by_unit=by_unit,
-                       change=change, daily=daily)
+    env.filters.update(num=num, ms=ms, quantile_ms=quantile_ms, pct=pct, usd=usd, gib=gib, ago=ago, clock=clock,
+                       by_unit=by_unit, change=change, daily=daily)
     env.globals.update(sparkline=sparkline, slo=slo, above=above)
     return env
 
@@ -98,6 +98,12 @@ def ms(seconds: Any) -> str:
     return f"{seconds * 1000:,.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
 
 
+def quantile_ms(seconds: Any, below: Any = None) -> str:
+    """A histogram's quantile; "< 10 ms" where every observation fell under the first bucket's bound
+    (`below`): histogram_quantile()'s number there is only a share of the bound."""
+    return f"< {ms(below)}" if _ok(below) else ms(seconds)
+
+
 def change(ratio: Any) -> str:
     """A relative change: +0.68 -> "+68 %"."""
     return f"{ratio * 100:+.0f} %" if _ok(ratio) else "–"
@@ -138,6 +144,8 @@ def clock(ts: Any) -> str:
 def by_unit(value: Any, unit: str) -> str:
     if unit == "rps":
         return num(value, 2)
+    if unit == "tps":
+        return num(value, 0)
     if unit == "s":
         return ms(value)
     if unit == "ratio":

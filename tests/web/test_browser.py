@@ -122,7 +122,8 @@ def test_every_layer_in_the_browser_matches_status_and_metrics(demo: Demo, tmp_p
     assert outside == [] and any(u.endswith("/static/overview.css") for u in seen.requests)
     assert overflow <= 0, "the page is wider than a phone's screen"
     assert (shots / "overview.png").stat().st_size > 10_000
-    assert html.count("<polyline") == 4 and "no data yet" not in html
+    charts = html.split('aria-label="last hour"', 1)[1].split("</section>", 1)[0]
+    assert charts.count("<polyline") == 4 and 'id="no-data"' not in html  # four lines, none collapsed
     # The numbers of the two snapshots around the page load (a collection may fall between).
     sim = row(html, "target", "vllm-sim")
     gpu = row(html, "gpu", "demo-h200/0")

@@ -131,7 +131,7 @@ def test_a_bare_monitor_says_what_is_not_configured() -> None:
     html = page_of(monitor)
     asyncio.run(monitor.aclose())
     assert overview["ok"] and all(layer["state"] == "not configured" for layer in overview["layers"].values())
-    assert "No service targets" in html and "No GPUs" in html and "no data yet" in html
+    assert "No service targets" in html and "No GPUs" in html and "No data yet" in html
 
 
 def test_the_app_serves_the_page_and_its_stylesheet() -> None:
@@ -237,3 +237,38 @@ def test_the_status_made_in_turns_is_the_status_and_lets_the_loop_in(tmp_path: P
     assert status == expected
     assert len(status["overview"]["service"]["rows"]) == 2 and len(status["layers"]["service"]["targets"]) == 2
     assert turns >= 4  # two target rows, then two targets' service rows
+
+
+def test_alerts_are_listed_firing_first_then_by_severity_then_oldest_first(tmp_path: Path) -> None:
+    # At minute 4 of a demo the critical TTFTP99High came third, below two warnings whose names sort
+    # first. The order: firing before pending, then critical, warning, info, then the longest firing
+    # first (the first alert of a cascade is likeliest its cause, and a row keeps its place as
+    # others fire). The names below sort the other way round on purpose.
+    path = tmp_path / "order.yml"
+    alerts = [("AInfoOld", "info", "0s"), ("AWarningNew", "warning", "5s"), ("CriticalNew", "critical", "5s"),
+              ("ZWarningOld", "warning", "0s"), ("BCriticalPending", "critical", "1h")]
+    path.write_text("groups:\n  - name: order\n    rules:\n" + "".join(
+        f"""      - alert: {name}
+        expr: inference_target_up{{target="vllm-a"}} > 0
+        for: {wait}
+        labels: {{severity: {severity}, layer: service}}
+        annotations: {{summary: "{name}"}}
+""" for name, severity, wait in alerts))
+    with two_targets() as server:
+        monitor = Monitor(settings_for(server, {"alerting": {"enabled": True, "rules_files": [str(path)]}},
+                                       gpus=False))
+        collected(monitor, cycles=3)
+        overview = monitor.status()["overview"]
+        assert monitor.alerting is not None
+        api = asyncio.run(monitor.alerting.active_in_turns())  # GET /api/v1/alerts' "active"
+        html = page_of(monitor)
+        asyncio.run(monitor.aclose())
+    expected = ["CriticalNew", "ZWarningOld", "AWarningNew", "AInfoOld", "BCriticalPending"]
+    assert [a["name"] for a in overview["alerts"]["active"]] == expected
+    assert [a["labels"]["alertname"] for a in api] == expected
+    assert re.findall(r'data-alert="(\w+)"', html) == expected
+    console = Console(record=True, width=200)
+    print_overview(console, overview, "http://monitor")
+    text = console.export_text()
+    listed = text[text.index("Alerts ("):]  # (the layers' line above names them sorted)
+    assert sorted(expected, key=listed.index) == expected
