@@ -69,20 +69,30 @@ def engine_side(before: dict[Any, float], after: dict[Any, float]) -> dict[str, 
     return out
 
 
-def run_vllm_bench(server: VllmServer, out_dir: Path, seed: int) -> dict[str, Any]:
-    name = f"vllm-{seed}.json"
-    command = [str(server.python), "-c", VLLM_BENCH, "--backend", "openai-chat", "--base-url", server.url,
-               "--endpoint", "/v1/chat/completions", "--model", MODEL_NAME, "--tokenizer", str(server.model),
-               "--dataset-name", "random", "--random-input-len", str(INPUT), "--random-output-len", str(OUTPUT),
-               "--num-prompts", str(PROMPTS), "--max-concurrency", str(CONCURRENCY), "--request-rate", "inf",
-               "--ignore-eos", "--seed", str(seed), "--num-warmups", "2", "--disable-tqdm",
-               "--percentile-metrics", "ttft,tpot,e2el", "--metric-percentiles", "50,99",
-               "--save-result", "--result-dir", str(out_dir), "--result-filename", name]
-    env = {**server.environment(), "HF_HUB_OFFLINE": "1"}
+def run_vllm_bench(server: VllmServer, out_dir: Path, seed: int, prompts: int = PROMPTS) -> dict[str, Any]:
+    command, env, name = vllm_bench_command(server, out_dir, seed, prompts)
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"vllm bench serve failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
-    raw = json.loads((out_dir / name).read_text())
+    return vllm_bench_row(out_dir / name)
+
+
+def vllm_bench_command(server: VllmServer, out_dir: Path, seed: int,
+                       prompts: int = PROMPTS) -> tuple[list[str], dict[str, str], str]:
+    """`vllm bench serve`'s command line, environment and result file name, for the workload."""
+    name = f"vllm-{seed}-{prompts}.json"
+    command = [str(server.python), "-c", VLLM_BENCH, "--backend", "openai-chat", "--base-url", server.url,
+               "--endpoint", "/v1/chat/completions", "--model", MODEL_NAME, "--tokenizer", str(server.model),
+               "--dataset-name", "random", "--random-input-len", str(INPUT), "--random-output-len", str(OUTPUT),
+               "--num-prompts", str(prompts), "--max-concurrency", str(CONCURRENCY), "--request-rate", "inf",
+               "--ignore-eos", "--seed", str(seed), "--num-warmups", "2", "--disable-tqdm",
+               "--percentile-metrics", "ttft,tpot,e2el", "--metric-percentiles", "50,99",
+               "--save-result", "--result-dir", str(out_dir), "--result-filename", name]
+    return command, {**server.environment(), "HF_HUB_OFFLINE": "1"}, name
+
+
+def vllm_bench_row(path: Path) -> dict[str, Any]:
+    raw = json.loads(path.read_text())
     return {"client": "vllm bench serve", "requests": raw["completed"], "failed": raw.get("failed", 0),
             "seconds": raw["duration"], "req_per_s": raw["request_throughput"],
             "output_tok_per_s": raw["output_throughput"],
@@ -92,11 +102,11 @@ def run_vllm_bench(server: VllmServer, out_dir: Path, seed: int) -> dict[str, An
             "input_tokens_per_request": raw["total_input_tokens"] / max(raw["completed"], 1)}
 
 
-def run_infermon_bench(server: VllmServer, out_dir: Path, seed: int) -> dict[str, Any]:
+def run_infermon_bench(server: VllmServer, out_dir: Path, seed: int, duration_s: float = DURATION_S) -> dict[str, Any]:
     scenario = out_dir / "scenario.yaml"
     scenario.write_text(f"name: peer\nclasses: [{{name: peer, share: 1.0, input_tokens: {INPUT}, "
                         f"output_tokens: {OUTPUT}}}]\nconcurrency: [{CONCURRENCY}]\n")
-    result = out_dir / f"infermon-{seed}.json"
+    result = out_dir / f"infermon-{seed}-{duration_s:g}.json"
     # Prompts of exactly INPUT tokens of this tokenizer (one per word of its training vocabulary),
     # each its own: the bench's synthetic text would be ~3x longer on a 512-token vocabulary.
     rng = random.Random(seed)
@@ -105,7 +115,7 @@ def run_infermon_bench(server: VllmServer, out_dir: Path, seed: int) -> dict[str
                                for _ in range(400)))
     command = [sys.executable, "-m", "monitor.cli", "bench", "run", "--target", server.url, "--model", MODEL_NAME,
                "--scenario", str(scenario), "--dataset", str(dataset), "--concurrency", str(CONCURRENCY),
-               "--duration", f"{DURATION_S}s", "--repeats", "1", "--warmup", "2", "--seed", str(seed),
+               "--duration", f"{duration_s:g}s", "--repeats", "1", "--warmup", "2", "--seed", str(seed),
                "--ignore-eos", "--gpu", "none", "-o", str(result)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False,
                           env={**os.environ, "INFERMON_STORAGE__URL": "sqlite://"})
@@ -119,7 +129,8 @@ def run_infermon_bench(server: VllmServer, out_dir: Path, seed: int) -> dict[str
             "tpot_p50_ms": 1000 * window["tpot_s"]["p50"], "tpot_p99_ms": 1000 * window["tpot_s"]["p99"],
             "e2e_p50_ms": 1000 * window["e2e_s"]["p50"], "e2e_p99_ms": 1000 * window["e2e_s"]["p99"],
             "input_tokens_per_request": window["served_input_tokens"]["mean"],
-            "engine_figures": window.get("engine")}
+            "engine_figures": window.get("engine"), "client_window": window.get("client"),
+            "all_requests": window["requests"] + 2}  # with the warm-up's
 
 
 def main() -> None:

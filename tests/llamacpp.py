@@ -142,8 +142,10 @@ def tiny_model(path: Path, seed: int = 0) -> Path:
 class LlamaServer:
     """`llama-server --metrics` on a free loopback port; started on enter, stopped by pid on exit."""
 
-    def __init__(self, binary: str, model: Path, log: Path | None = None, startup_seconds: float = 60.0) -> None:
-        self.binary, self.model = binary, model
+    def __init__(self, binary: str, model: Path, log: Path | None = None, startup_seconds: float = 60.0,
+                 slots: int = 1, metrics: bool = True) -> None:
+        self.binary, self.model, self.slots = binary, model, slots  # slots: -np, requests run at once
+        self.metrics_flag = ["--metrics"] if metrics else []  # without it, /metrics answers 501
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log or model.with_suffix(".log")
@@ -152,8 +154,8 @@ class LlamaServer:
 
     def __enter__(self) -> LlamaServer:
         command = [self.binary, "-m", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
-                   "--metrics", "--alias", MODEL_NAME, "-c", "4096", "-np", "1", "-t", "1", "-ngl", "0",
-                   "--no-warmup", "--seed", "1", "-n", str(DEFAULT_MAX_TOKENS)]
+                   *self.metrics_flag, "--alias", MODEL_NAME, "-c", "4096", "-np", str(self.slots), "-t", "1",
+                   "-ngl", "0", "--no-warmup", "--seed", "1", "-n", str(DEFAULT_MAX_TOKENS)]
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
         self._wait_healthy()
@@ -187,8 +189,8 @@ class LlamaServer:
         return httpx.get(f"{self.url}/metrics", timeout=10).text
 
 
-def serve_tiny_model(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[LlamaServer]:
+def serve_tiny_model(tmp_path_factory: pytest.TempPathFactory, name: str, slots: int = 1) -> Iterator[LlamaServer]:
     """A module fixture's body: the built binary serving a fresh tiny model until the module ends."""
     directory: Path = tmp_path_factory.mktemp(name)
-    with LlamaServer(llama_server_binary(), tiny_model(directory / "tiny.gguf")) as running:
+    with LlamaServer(llama_server_binary(), tiny_model(directory / "tiny.gguf"), slots=slots) as running:
         yield running

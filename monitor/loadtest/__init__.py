@@ -8,7 +8,8 @@
     sampling.py    GPU (NVML / dcgm-exporter / replay) and engine pages during a measured window
     conditions.py  the six variables and the rest of what a result is only valid under
     client.py      the client machine's load and the bench's own CPU during a window
-    stats.py       samples -> percentiles, throughput, goodput, in flight; repeats -> mean ± spread
+    tokenizer.py   the input lengths by the engine's own tokenizer (vLLM, llama-server), before the load
+    stats.py       samples -> percentiles, throughput, goodput, in flight, lengths served; repeats -> mean ± spread
     capacity.py    the search for the highest concurrency at the objectives; Pareto points
     verdict.py     whether a run (failures) or a comparison (the client machine drifted) may be believed
     result.py      the versioned JSON result

@@ -52,6 +52,8 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
         gpu_price: Annotated[float | None, typer.Option(help="USD per GPU-hour (else the price book's)")] = None,
         api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key")] = None,
         ignore_eos: Annotated[bool, typer.Option(help="Ask the engine (vLLM) to generate max_tokens exactly")] = False,
+        tokenize: Annotated[bool, typer.Option(
+            help="Count 100 requests' input tokens with the engine's tokenizer first (vLLM, llama-server)")] = True,
         timeout: Annotated[str, typer.Option(help="One request's whole deadline, connect to last token")] = "10m",
         max_response: Annotated[str | None, typer.Option(
             help="Largest answer kept per request, e.g. 16MiB; past it the request fails as too_large "
@@ -84,7 +86,7 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
             probe_timeout_s=_seconds("--probe-timeout", probe_timeout),
             api_key=os.environ.get(api_key_env) if api_key_env else None,
             extra_body={"ignore_eos": True} if ignore_eos else {}, precision=precision, note=note,
-            gpu_price_usd_per_hour=gpu_price,
+            gpu_price_usd_per_hour=gpu_price, tokenize=tokenize,
         )
         failed_share, change = _share("--max-failed", max_failed), _share("--threshold", threshold)
         configs = [bench]
@@ -121,6 +123,8 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
         level: Annotated[str | None, typer.Option(help="For the table: the level to show, e.g. c=32")] = None,
         max_drift: Annotated[str, typer.Option(
             help="Refuse when the client machine's other load differs by more than this share of its CPUs")] = "25%",
+        swap_back_budget: Annotated[str, typer.Option(
+            help="KV tiering on vs off: the swap-back P99 the hypothesis allows")] = "50ms",
     ) -> None:
         """A vs B, changes beyond noise marked, exit 1 on a regression; three or more: one table."""
         from rich.console import Console
@@ -135,17 +139,23 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
         if len(loaded) != 2:
             print_table(console, table_rows(loaded, level))
             return
+        from monitor.loadtest.hypotheses import parse_budget
+
         try:
             share = parse_threshold(threshold)
+            budget_s = parse_budget(swap_back_budget)
         except ValueError as exc:
             raise _fail(str(exc)) from None
         (name_a, a), (name_b, b) = loaded
         differ = differences(a["conditions"], b["conditions"]) + drift(a, b, _share("--max-drift", max_drift))
         if differ:
-            typer.secho("not comparable: " + "; ".join(differ), err=True, fg=typer.colors.YELLOW)
+            lines = "".join(f"  - {line}\n" for line in differ)
+            advice = "comparing anyway (--force)" if force else "--force compares anyway"
+            typer.secho(f"not comparable: {name_a} and {name_b} differ in\n{lines}({advice})", err=True,
+                        fg=typer.colors.YELLOW)
             if not force:
                 raise typer.Exit(2)
-        _gate(console, (name_a, a), (name_b, b), share, threshold)
+        _gate(console, (name_a, a), (name_b, b), share, threshold, budget_s)
 
     @bench_app.command("report")
     def report(
@@ -162,13 +172,17 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
 
 
 def _gate(console: Any, a: tuple[str, dict[str, Any]], b: tuple[str, dict[str, Any]], share: float,
-          threshold: str) -> None:
-    """A vs B printed; exit 1 on a change for the worse beyond the threshold and the noise."""
+          threshold: str, swap_back_budget_s: float | None = None) -> None:
+    """A vs B printed (and, where one ran with a KV tier and the other without, the tiering
+    hypothesis's verdict); exit 1 on a change for the worse beyond the threshold and the noise."""
     from monitor.loadtest.compare import compare as compare_results
+    from monitor.loadtest.hypotheses import SWAP_BACK_BUDGET_S, tiering_lines
     from monitor.loadtest.summary import print_compare
 
     changes = compare_results(a[1], b[1], share)
     print_compare(console, changes, (a[0], b[0]))
+    for line in tiering_lines(a[1], b[1], swap_back_budget_s or SWAP_BACK_BUDGET_S, (a[0], b[0])):
+        console.print(line, highlight=False, overflow="fold")
     regressions = [c for c in changes if c.regression]
     if regressions:
         typer.secho(f"{len(regressions)} regression(s) beyond {threshold} and the noise: "

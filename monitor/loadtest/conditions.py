@@ -1,10 +1,12 @@
 """The conditions a result holds under: the six variables, observed where they can be.
 
-    input / output lengths   the drawn requests' statistics, the data set's hash
-    concurrency              the levels asked for (what the server saw is in each level's engine block)
+    input / output lengths   the drawn requests' statistics, the data set's hash; what the server
+                             served (its usage, run.py) is what two results are compared on
+    concurrency              the levels that ran (what the server saw is in each level's engine block)
     GPU                      model, count, driver, CUDA, memory: NVML, a dcgm-exporter page or a replay
     serving framework        engine and generation from its page, GET /version, GET /v1/models,
-                             the configuration the page shows (vLLM's *_config_info gauges)
+                             the configuration the page shows (vLLM's *_config_info gauges) and
+                             llama-server's GET /props (total_slots: `slots`)
     precision / options      what the user states: --precision, --note
 
 A variable nobody could observe is `None` ("not observed"), never guessed; a probe that failed
@@ -46,6 +48,13 @@ async def server_conditions(http: httpx.AsyncClient, base: str, page_text: str |
     raw_cards = models.get("data") if isinstance(models, dict) else None
     cards = [c for c in raw_cards if isinstance(c, dict)] if isinstance(raw_cards, list) else None
     max_model_len = cards[0].get("max_model_len") if cards else None
+    config = page_config(page_text) if page_text else {}
+    slots = None
+    if engine == "llamacpp":  # its slots (-np) are on GET /props, not on its page
+        props = await _json(http, f"{base}/props", timeout_s, max_bytes, "props", errors)
+        config_props, slots = props_config(props)
+        if config_props:
+            config["props"] = config_props
     return {
         "engine": engine,
         "generation": generation,
@@ -53,16 +62,33 @@ async def server_conditions(http: httpx.AsyncClient, base: str, page_text: str |
         "models": [cut(c.get("id")) for c in cards[:MODELS_KEPT]] if cards else [],
         "models_count": len(cards) if cards is not None else None,
         "max_model_len": max_model_len if isinstance(max_model_len, int) else None,
-        "config": page_config(page_text) if page_text else {},
+        "config": config,
+        # requests the engine runs at once: llama-server's total_slots; vLLM publishes no max_num_seqs
+        "slots": slots,
         "errors": errors,
     }
+
+
+PROPS_KEPT = ("total_slots", "build_info")  # of llama-server's GET /props (never model_path: a local path)
+
+
+def props_config(props: Any) -> tuple[dict[str, str], int | None]:
+    """llama-server's GET /props -> ({"total_slots": "2", "n_ctx": "4096", ...}, slots)."""
+    if not isinstance(props, dict):
+        return {}, None
+    kept = {key: cut(props[key]) or "" for key in PROPS_KEPT if props.get(key) is not None}
+    settings = props.get("default_generation_settings")
+    if isinstance(settings, dict) and isinstance(settings.get("n_ctx"), int):
+        kept["n_ctx"] = str(settings["n_ctx"])
+    slots = props.get("total_slots")
+    return kept, slots if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0 else None
 
 
 async def _json(http: httpx.AsyncClient, url: str, timeout_s: float, max_bytes: int, name: str,
                 errors: dict[str, str]) -> Any:
     """The JSON at `url`, or None with the reason in errors[name]."""
     try:
-        return json.loads((await fetch_page(http, url, timeout_s, max_bytes)).text)
+        return json.loads((await fetch_page(http, url, timeout_s, max_bytes, metrics_page=False)).text)
     except ScrapeError as exc:
         errors[name] = str(exc)
     except ValueError:
@@ -119,16 +145,35 @@ def _at(conditions: dict[str, Any], path: tuple[str, ...]) -> Any:
 
 def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """The variables A and B differ in ("GPU: NVIDIA H200 vs NVIDIA H100"); lengths by their means
-    within 10 %, since two draws of one distribution differ a little."""
+    within 10 %, since two draws of one distribution differ a little: the lengths the server
+    served (its `usage`) where both results have them, else the lengths asked (said so)."""
     out = []
     for name, path in SIX_VARIABLES.items():
         left, right = _at(a, path), _at(b, path)
         if "lengths" in path:
+            (left, right), basis = _lengths_to_compare(a, b, path[-1])
             if not _close_means(left, right):
-                out.append(f"{name}: mean {_mean(left)} vs {_mean(right)} tokens")
+                out.append(f"{name} ({basis}): mean {_mean(left)} vs {_mean(right)} tokens")
         elif left != right:
-            out.append(f"{name}: {_short(left)} vs {_short(right)}")
+            out.append(f"{name}: {_difference(left, right)}")
     return out
+
+
+def _lengths_to_compare(a: dict[str, Any], b: dict[str, Any], which: str) -> tuple[tuple[Any, Any], str]:
+    """(A's, B's) distribution of `which` ("input_tokens"), and which lengths they are."""
+    served = _at(a, ("workload", "served", which)), _at(b, ("workload", "served", which))
+    if _mean(served[0]) is not None and _mean(served[1]) is not None:
+        return served, "served, the server's usage"
+    asked = "estimated" if which == "input_tokens" else "max_tokens"
+    return (_at(a, ("workload", "lengths", which)), _at(b, ("workload", "lengths", which))), f"asked, {asked}"
+
+
+def _difference(left: Any, right: Any) -> str:
+    """Two values as a person reads them: of two dicts, only the keys that differ."""
+    if isinstance(left, dict) and isinstance(right, dict):
+        keys = [k for k in dict.fromkeys([*left, *right]) if left.get(k) != right.get(k)]
+        return ", ".join(f"{k}: {_difference(left.get(k), right.get(k))}" for k in keys)
+    return f"{_short(left)} vs {_short(right)}"
 
 
 def _mean(stats: Any) -> Any:
@@ -143,5 +188,7 @@ def _close_means(a: Any, b: Any) -> bool:
 
 
 def _short(value: Any) -> str:
+    if isinstance(value, list) and all(isinstance(v, dict) and "label" in v for v in value):
+        return ", ".join(str(v["label"]) for v in value) or "none"  # levels: c=1, c=8
     text = "not observed" if value is None else str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if len(text) <= 120 else text[:117] + "..."

@@ -198,7 +198,7 @@ class LoadRunner:
         return Sample(sent_s=sent, ok=outcome == "ok", outcome=outcome, ttft_s=result.ttft_seconds,
                       tpot_s=result.tpot_seconds, e2e_s=result.e2e_seconds, output_tokens=result.output_tokens,
                       prompt_tokens=seen.usage_prompt_tokens if result.ok else None, detail=detail,
-                      held_s=self.clock() - window_start - sent)
+                      held_s=self.clock() - window_start - sent, tokens_from=result.tokens_from)
 
 
 def _drop_text(text: str) -> str:

@@ -14,16 +14,10 @@ from html import escape
 from typing import Any
 
 from monitor.loadtest.capacity import pareto
+from monitor.loadtest.hypotheses import level_lines
 from monitor.loadtest.result import figure
-from monitor.loadtest.summary import (
-    LATENCY_COLUMNS,
-    THROUGHPUT_COLUMNS,
-    cached,
-    cell,
-    header_lines,
-    shortfalls,
-    unhealthy,
-)
+from monitor.loadtest.summary import LATENCY_COLUMNS, THROUGHPUT_COLUMNS, cell, header_lines
+from monitor.loadtest.summary import warnings as all_warnings
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1150px;color:#1d2430;padding:0 1em}
@@ -49,9 +43,13 @@ def render_report(result: dict[str, Any]) -> str:
     body.append("".join(f'<p class="muted">{escape(line)}</p>' for line in header_lines(result)
                         if not line.startswith("SYNTHETIC")))
     body.append("<h2>Conditions</h2>" + _conditions(result))
-    warnings = unhealthy(result) + shortfalls(result) + cached(result)
+    warnings = all_warnings(result)
     body.append("<h2>Results (mean ± stdev over repeats)</h2>" + _results(result)
                 + "".join(f'<p class="warn">{escape(line)}</p>' for line in warnings))
+    serving = level_lines(result)  # KV tier, P/D, MoE against their budgets (monitor.loadtest.hypotheses)
+    if serving:
+        body.append("<h2>KV tiers, P/D, MoE (the engine's own numbers)</h2>"
+                    + "".join(f"<p>{escape(line)}</p>" for line in serving))
     if result.get("capacity"):
         body.append(f'<p><b>{escape(result["capacity"]["words"])}</b></p>')
     body.append('<h2>Plots</h2><div class="charts">' + "".join(_charts(result)) + "</div>")
@@ -64,9 +62,12 @@ def _conditions(result: dict[str, Any]) -> str:
     work, gpu, server, user = c["workload"], c.get("gpu", {}), c.get("server", {}), c.get("user", {})
     lengths = work["lengths"]
     rows = [
-        ("input-length distribution", _lengths(lengths["input_tokens"]) + " (estimated, 4 characters a token)"),
-        ("output-length distribution", _lengths(lengths["output_tokens"]) + " (max_tokens asked)"),
-        ("lengths served", _served(result)),
+        ("input lengths asked", _lengths(lengths["input_tokens"]) + " (estimated, 4 characters a token)"),
+        ("output lengths asked", _lengths(lengths["output_tokens"]) + " (max_tokens)"),
+        ("input lengths by the engine's tokenizer", _exact_lengths(work.get("lengths_exact"))),
+        ("input lengths served", _served_lengths(work.get("served"), "input")),
+        ("output lengths served", _served_lengths(work.get("served"), "output")),
+        ("lengths served per level", _served(result)),
         ("concurrency / rate", ", ".join(lv["label"] for lv in work["levels"])),
         ("GPU", f"{gpu.get('count') or 0} x {gpu.get('model') or 'not observed'}, "
                 f"{_gib(gpu.get('memory_total_bytes'))} each (source: {gpu.get('source') or 'none'})"),
@@ -98,6 +99,21 @@ def _conditions(result: dict[str, Any]) -> str:
 def _lengths(stats: dict[str, Any]) -> str:
     parts = [f"{k} {stats[k]:.0f}" for k in ("mean", "p50", "p95", "p99") if stats.get(k) is not None]
     return ", ".join(parts) or "-"
+
+
+def _served_lengths(served: dict[str, Any] | None, which: str) -> str:
+    """The run's per-request distribution as the server counted it, and where the numbers came from."""
+    if not served or served.get(f"{which}_from") is None:
+        return "no usage reported"
+    return f"{_lengths(served[f'{which}_tokens'])} ({served[f'{which}_from']}, {served['requests']} requests)"
+
+
+def _exact_lengths(exact: dict[str, Any] | None) -> str:
+    if not exact:
+        return "not counted (an engine without a tokenizer endpoint, or --no-tokenize)"
+    if exact.get("error"):
+        return f"not counted: {exact['error']}"
+    return f"{_lengths(exact['input_tokens'])} ({exact['from']}, {exact['requests']} requests)"
 
 
 def _served(result: dict[str, Any]) -> str:

@@ -4,7 +4,9 @@
      "warmup": {"requests", "failed", "excluded": true},
      "stopped": null | why (every request of the warm-up or a window failed: the run ended there),
      "capacity": {"concurrency", "bound", "words", "probes"}   (a --capacity search only),
-     "conditions": {"workload", "gpu", "server", "user", "price", "tool"},
+     "conditions": {"workload": {..., "lengths" (asked), "lengths_from", "lengths_exact" (the engine's
+                                 tokenizer), "served" (the server's usage), "levels" (that ran)},
+                    "gpu", "server": {..., "slots"}, "user", "price", "tool"},
      "levels": [{"level": {"kind", "value", "label"},
                  "repeats": [<one window's figures>, ...],
                  "summary": <each figure as {"mean", "stdev", "min", "max", "n"} over the repeats>,

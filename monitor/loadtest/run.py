@@ -29,13 +29,15 @@ from monitor.loadtest.data import Dataset, Request, draw_requests, length_stats
 from monitor.loadtest.load import Level, LoadRunner, Progress, make_client
 from monitor.loadtest.sampling import EnginePage, GpuSampler, GpuSource, open_source
 from monitor.loadtest.scenario import Scenario
-from monitor.loadtest.stats import Goodput, Sample, over_repeats, window_figures
+from monitor.loadtest.stats import Goodput, Sample, ServedLengths, over_repeats, window_figures
+from monitor.loadtest.tokenizer import TOKENIZE_SAMPLE, exact_input_lengths
 from monitor.redaction import safe_url
 from monitor.service.derive import Objectives
 
 TTFT_SAMPLES_KEPT = 5000  # per level, for the report's distribution (all repeats together)
 FAILURE_REASONS = 3  # distinct reasons kept per failed outcome and window
 LENGTH_SAMPLE = 1000  # generated requests the length statistics are taken over (each is made on demand)
+ASKED_FROM = {"input_tokens": "estimated: 4 characters a token", "output_tokens": "asked: max_tokens"}
 
 
 @dataclass
@@ -63,6 +65,7 @@ class BenchConfig:
     sample_interval_s: float = 0.5
     gpu_price_usd_per_hour: float | None = None  # per GPU; else the price book's
     stop_when_all_fail: bool = True  # a warm-up or window in which every request failed ends the run
+    tokenize: bool = True  # count the input lengths with the engine's tokenizer where it has an endpoint
 
     @property
     def base(self) -> str:
@@ -136,6 +139,8 @@ class _Session:
         self.windows: list[list[dict[str, Any]]] = [[] for _ in config.levels]
         self.ttfts: list[list[float]] = [[] for _ in config.levels]
         self.warm: list[Sample] = []
+        self.served = ServedLengths()  # every measured window's requests, as the server counted them
+        self.exact: dict[str, Any] | None = None  # the input lengths by the engine's tokenizer, before the load
         self.stopped: str | None = None
         self.server: dict[str, Any] = {}
 
@@ -149,6 +154,11 @@ class _Session:
                                               spec.generation if spec else None, timeout_s=config.probe_timeout_s,
                                               max_bytes=config.probe_max_bytes, page_error=self.engine.error)
         self.quote = _price(prices, gpu_conditions, config.gpu_price_usd_per_hour)
+        if config.tokenize:
+            self.exact = await exact_input_lengths(
+                http, config.base, config.model, spec.engine if spec else None,
+                self.requests[config.warmup:config.warmup + TOKENIZE_SAMPLE], timeout_s=config.probe_timeout_s,
+                max_bytes=config.probe_max_bytes, api_key=config.api_key)
         self.runner = LoadRunner(self.client, config.model, self.requests, timeout_s=config.timeout_s,
                                  extra_body=config.extra_body, seed=config.seed, progress=self.progress,
                                  max_response_bytes=config.max_response_bytes)
@@ -166,6 +176,7 @@ class _Session:
         figures, samples = await _window(config, self.runner, level, gpus, self.engine, self.quote)
         self.windows[i].append(figures)
         self.ttfts[i].extend(s.ttft_s for s in samples if s.ok and s.ttft_s is not None)
+        self.served.add(samples)
         if config.stop_when_all_fail:
             self.stopped = _all_failed(f"{level.label} run {repeat + 1}", samples)
 
@@ -185,7 +196,9 @@ class _Session:
         config, quote = self.config, getattr(self, "quote", None)
         conditions = {
             "workload": {"scenario": config.scenario.describe(), "dataset": config.dataset.describe(),
-                         "lengths": _lengths(self.requests, config, self.per_level),
+                         # asked: what the run sent, by the client's estimate; served: what the server counted
+                         "lengths": _lengths(self.requests, config, self.per_level), "lengths_from": ASKED_FROM,
+                         "served": self.served.figures(), "lengths_exact": self.exact,
                          "levels": [_level(lv) for lv in config.levels], "duration_s": config.duration_s,
                          "repeats": config.repeats, "warmup_requests": config.warmup, "seed": config.seed,
                          "goodput": dataclasses.asdict(config.goodput)},

@@ -30,6 +30,7 @@ class Sample:
     prompt_tokens: int | None
     detail: str = ""  # a failure's reason (short, no key); "" when it succeeded
     held_s: float | None = None  # from its send to its end, whatever the outcome: its share of the load
+    tokens_from: str | None = None  # "usage" (the server's count) | "chunks" (content chunks: an estimate)
 
     def as_dict(self) -> dict[str, Any]:
         return vars(self).copy()
@@ -90,6 +91,50 @@ def window_figures(samples: Sequence[Sample], duration_s: float, goodput: Goodpu
         "served_input_tokens": distribution([s.prompt_tokens for s in ok if s.prompt_tokens is not None]),
         "served_output_tokens": distribution([s.output_tokens for s in ok if s.output_tokens is not None]),
     }
+
+
+USAGE_INPUT = "usage.prompt_tokens"
+USAGE_OUTPUT = "usage.completion_tokens"
+CHUNKS_OUTPUT = "content chunks (an estimate: the stream carried no usage)"
+
+
+class ServedLengths:
+    """What the server served per successful request, as it counted it (the stream's `usage`),
+    over every measured window of a run: mean/P50/P95/P99 of input and output tokens, and where
+    each number came from. An answer without usage counts its content chunks: an estimate, and
+    said so (`output_from`). Kept as plain integers, a few bytes a request."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.prompt: list[int] = []
+        self.output: list[int] = []
+        self.by_chunks = 0
+
+    def add(self, samples: Iterable[Sample]) -> None:
+        for s in samples:
+            if not s.ok:
+                continue
+            self.requests += 1
+            if s.prompt_tokens is not None:
+                self.prompt.append(s.prompt_tokens)
+            if s.output_tokens is not None:
+                self.output.append(s.output_tokens)
+                self.by_chunks += s.tokens_from == "chunks"
+
+    def figures(self) -> dict[str, Any]:
+        output, chunks = len(self.output), self.by_chunks
+        if not output:
+            output_from = None
+        elif not chunks:
+            output_from = USAGE_OUTPUT
+        elif chunks == output:
+            output_from = CHUNKS_OUTPUT
+        else:
+            output_from = f"{USAGE_OUTPUT} for {output - chunks}, {CHUNKS_OUTPUT} for {chunks}"
+        return {"requests": self.requests,
+                "input_tokens": distribution(self.prompt), "input_from": USAGE_INPUT if self.prompt else None,
+                "input_without_usage": self.requests - len(self.prompt),
+                "output_tokens": distribution(self.output), "output_from": output_from}
 
 
 def in_flight_mean(samples: Sequence[Sample], duration_s: float) -> float | None:

@@ -29,7 +29,9 @@ import numpy.typing as npt
 
 from monitor.intern import Interned
 from monitor.service.promql import (
+    below_first_bound,
     bucket_fractions_at_or_below,
+    first_bounds_holding_all,
     fraction_at_or_below,
     histogram_quantiles,
     ragged_bucket_quantiles,
@@ -48,6 +50,10 @@ RATIOS = {
     # Mean acceptance length: accepted draft tokens per verification step plus the target model's
     # own (bonus) token: tokens per target-model step.
     "spec_decode_acceptance_length": ("spec_accepted_tokens", "spec_drafts", 1.0),
+    # A KV connector's cross-instance cache (vLLM: LMCache, NIXL P2P): prompt tokens found / looked up.
+    "external_prefix_cache_hit_ratio": ("external_prefix_hits", "external_prefix_queries", 0.0),
+    # SGLang's EPLB balancedness Summary: its sum over its count, the window's mean (1 = even).
+    "moe_expert_balancedness_ratio": ("moe_balancedness_sum", "moe_balancedness_count", 0.0),
 }
 # The ratios that also get a trailing baseline (a drop against it is an alert): ours -> exported names
 # of (the baseline's ratio, the window's ratio over the baseline's).
@@ -60,6 +66,18 @@ BASELINE_COUNTERS = ("generation_tokens", *dict.fromkeys(c for ours in BASELINE_
 PER_POSITION = "spec_accepted_pos/"  # accepted draft tokens per position: "spec_accepted_pos/<position>"
 CACHED_BY_SOURCE = "prompt_cached_by_source/"  # prefix-cache hit tokens per tier: ".../<source>"
 HISTOGRAMS = ("ttft", "tpot", "e2e", "queue", "prefill", "decode", "inference")
+# KV-cache tiers: our counter "<kind>/<tier>" -> the per-tier number its rate is (engines.py's
+# tier families); the latency histograms "kv_load/<tier>" and "kv_store/<tier>" get quantiles as
+# every histogram does.
+TIER_RATES = {
+    "kv_load_bytes": "load_bytes_per_second",
+    "kv_store_bytes": "store_bytes_per_second",
+    "kv_load_tokens": "load_tokens_per_second",
+    "kv_store_tokens": "store_tokens_per_second",
+    "kv_loads": "loads_per_second",
+    "kv_evictions": "evictions_per_second",
+}
+TIER_HISTOGRAMS = ("kv_load", "kv_store")
 # Request-length histograms (prompt / generated tokens per request): no quantiles of their own;
 # their window and baseline buckets go to the cost layer (expensive requests).
 LENGTH_HISTOGRAMS = ("prompt_len", "generation_len")
@@ -134,9 +152,20 @@ class WindowStats:
     admission_rejections_per_second: float | None = None  # refused by a queue limit (HTTP 503), vLLM
     # cache tier ("device", "host", "disk", "p2p", ...) -> prefix-cache hit tokens per second (vLLM)
     prompt_tokens_cached_by_source: dict[str, float] = field(default_factory=dict)
+    external_prefix_cache_hit_ratio: float | None = None  # a KV connector's cache: found / looked up
+    moe_expert_balancedness_ratio: float | None = None  # mean over max expert load per GPU (1 = even)
+    # KV tier ("host", "1:fs", ...) -> TIER_RATES' numbers, "hit_ratio", "load_mean_seconds",
+    # "reload_ratio" (loaded back per evicted, the thrashing sign)
+    kv_tiers: dict[str, dict[str, float]] = field(default_factory=dict)
+    pd_transfer_failures_per_second: float | None = None  # P/D KV transfers (and bootstraps) failed
+    pd_transfer_bytes_per_second: float | None = None
+    pd_transfer_ttft_share_ratio: float | None = None  # mean transfer time / mean TTFT over the window
     baseline_coverage: float | None = None  # share of the baseline window covered (None: no history)
     quantiles: dict[str, dict[float, float]] = field(default_factory=dict)
     slo_attainment: dict[str, float] = field(default_factory=dict)
+    # histogram -> its first bucket's bound, where every observation of the window fell under it:
+    # its quantiles are histogram_quantile()'s share of the bound, shown as "< bound"
+    below_first_bound: dict[str, float] = field(default_factory=dict)
     lengths: dict[str, LeRates] = field(default_factory=dict)  # request-length bucket rates over the window
     baseline_lengths: dict[str, LeRates] = field(default_factory=dict)  # ... and over the baseline before it
 
@@ -229,10 +258,13 @@ def stats_many(rates_list: Sequence[Rates], objectives: Objectives) -> list[Wind
             if metric in LENGTH_HISTOGRAMS:
                 stats.lengths[metric] = le_rates
                 continue
-            values = zip(QUANTILES, histogram_quantiles(QUANTILES, list(le_rates.items())), strict=True)
+            buckets = list(le_rates.items())
+            values = zip(QUANTILES, histogram_quantiles(QUANTILES, buckets), strict=True)
             finite = {q: v for q, v in values if not math.isnan(v)}
             if finite:
                 stats.quantiles[metric] = finite
+            if (bound := below_first_bound(buckets)) is not None:
+                stats.below_first_bound[metric] = bound
         for metric, threshold in (("ttft", objectives.ttft_seconds), ("tpot", objectives.tpot_seconds)):
             if metric in rates.buckets:
                 share = fraction_at_or_below(threshold, sorted(rates.buckets[metric].items()))
@@ -257,6 +289,8 @@ def _counter_stats(rates: Rates) -> WindowStats:
     for metric, value in counters.items():
         if metric.startswith(CACHED_BY_SOURCE):
             stats.prompt_tokens_cached_by_source[metric[len(CACHED_BY_SOURCE):]] = value
+    stats.kv_tiers = kv_tier_stats(counters)
+    _pd_stats(stats, counters)
     stats.error_ratio = _error_ratio(rates)
     for ours, (numerator, denominator, added) in RATIOS.items():
         above, below = counters.get(numerator), counters.get(denominator)
@@ -284,6 +318,48 @@ def _counter_stats(rates: Rates) -> WindowStats:
     return stats
 
 
+def kv_tier_stats(counters: Mapping[str, float]) -> dict[str, dict[str, float]]:
+    """Per tier: the rates of TIER_RATES, and three ratios where their denominators moved:
+
+        hit_ratio          chunk hits / lookups in the tier (vLLM multi-tier offloading)
+        load_mean_seconds  load time / loads (vLLM's offloading counters have no latency histogram)
+        reload_ratio       KV loaded back / KV evicted, in one unit (tokens, else bytes): near 1 the
+                           tier loads back what the GPU just evicted to it (thrashing)
+    """
+    per_tier: dict[str, dict[str, float]] = {}
+    raw: dict[str, dict[str, float]] = {}
+    for metric, value in counters.items():
+        kind, slash, tier = metric.partition("/")
+        if not slash or not kind.startswith("kv_"):
+            continue
+        raw.setdefault(tier, {})[kind] = value
+        if kind in TIER_RATES:
+            per_tier.setdefault(tier, {})[TIER_RATES[kind]] = value
+    for tier, values in raw.items():
+        numbers = per_tier.setdefault(tier, {})
+        for name, (above, below) in (("hit_ratio", ("kv_tier_hits", "kv_tier_queries")),
+                                     ("load_mean_seconds", ("kv_load_time", "kv_loads"))):
+            if above in values and values.get(below):
+                numbers[name] = values[above] / values[below]
+        for loaded, evicted in (("kv_load_tokens", "kv_evicted_tokens"), ("kv_load_bytes", "kv_store_bytes")):
+            if loaded in values and values.get(evicted):
+                numbers["reload_ratio"] = values[loaded] / values[evicted]
+                break
+    return {tier: numbers for tier, numbers in per_tier.items() if numbers}
+
+
+def _pd_stats(stats: WindowStats, counters: Mapping[str, float]) -> None:
+    """P/D transfer numbers; the share of TTFT is (transfer sum / count) / (TTFT sum / count)."""
+    stats.pd_transfer_failures_per_second = counters.get("pd_transfer_failures")
+    stats.pd_transfer_bytes_per_second = counters.get("pd_transfer_bytes")
+    seconds = counters.get("pd_transfer_seconds_sum")
+    if seconds is None and "pd_transfer_ms_sum" in counters:
+        seconds = counters["pd_transfer_ms_sum"] / 1000.0
+    transfers, ttft_sum, ttft_count = (counters.get(c) for c in ("pd_transfer_count", "ttft_sum", "ttft_count"))
+    if seconds is not None and transfers and ttft_sum and ttft_count:
+        stats.pd_transfer_ttft_share_ratio = (seconds / transfers) / (ttft_sum / ttft_count)
+
+
 def _histogram_stats(rates_list: Sequence[Rates], every: list[WindowStats], objectives: Objectives) -> None:
     """Each window's quantiles (QUANTILES, NaN left out) and objective shares, in its buckets' order."""
     thresholds = {"ttft": objectives.ttft_seconds, "tpot": objectives.tpot_seconds}
@@ -296,6 +372,7 @@ def _histogram_stats(rates_list: Sequence[Rates], every: list[WindowStats], obje
                 by_bounds.setdefault(tuple(le_rates), []).append((at, metric))
     quantiles: dict[tuple[int, str], list[float]] = {}
     shares: dict[tuple[int, str], float] = {}
+    first_bounds: dict[tuple[int, str], float | None] = {}
     vector: list[tuple[tuple[float, ...], Floats, list[tuple[int, str]]]] = []
     for unsorted, members in by_bounds.items():
         # Walked one by one, in the page's order: a set of bounds few histograms share (numpy would
@@ -304,6 +381,7 @@ def _histogram_stats(rates_list: Sequence[Rates], every: list[WindowStats], obje
             for at, metric in members:
                 buckets = list(rates_list[at].buckets[metric].items())
                 quantiles[(at, metric)] = histogram_quantiles(QUANTILES, buckets)
+                first_bounds[(at, metric)] = below_first_bound(buckets)
                 if metric in thresholds:
                     shares[(at, metric)] = fraction_at_or_below(thresholds[metric], sorted(buckets))
             continue
@@ -314,6 +392,7 @@ def _histogram_stats(rates_list: Sequence[Rates], every: list[WindowStats], obje
         if order != list(range(len(order))):
             counts = counts[:, order]
         vector.append((bounds, counts, members))
+        first_bounds.update(zip(members, first_bounds_holding_all(bounds, counts), strict=True))
         for metric, threshold in thresholds.items():
             rows = [row for row, (_, name) in enumerate(members) if name == metric]
             if rows:
@@ -337,6 +416,8 @@ def _histogram_stats(rates_list: Sequence[Rates], every: list[WindowStats], obje
                     stats.quantiles[metric] = finite
             else:
                 stats.quantiles[metric] = dict(zip(QUANTILES, values, strict=True))
+            if (bound := first_bounds.get((at, metric))) is not None:
+                stats.below_first_bound[metric] = bound
         for metric in thresholds:
             share = shares.get((at, metric), math.nan)
             if not math.isnan(share):

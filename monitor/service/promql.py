@@ -223,10 +223,32 @@ def fraction_at_or_below(threshold: float, buckets: Sequence[Bucket]) -> float:
     return histogram_fraction(-math.inf, threshold, buckets)
 
 
+def below_first_bound(buckets: Sequence[Bucket]) -> float | None:
+    """The first bucket's bound when every observation fell in it, else None (nothing observed,
+    or some above it). histogram_quantile() then answers a share of that bound (P50: half of it,
+    interpolated from 0), which is what we export; a reader shows "< bound", what the histogram
+    actually says."""
+    ordered = _repaired(buckets)
+    if ordered is None or len(ordered) < 2 or not 0 < ordered[0][0] < math.inf:
+        return None
+    total = ordered[-1][1]
+    return ordered[0][0] if total > 0 and ordered[0][1] >= total * (1 - 1e-9) else None
+
+
 # Many histograms with the same bucket bounds at once (a derivation's ~140: models x windows x
 # histograms), with numpy: the same numbers as the functions above, row by row. A row the vector
 # path cannot match exactly (a non-finite or negative count, or a rise within the small-delta
 # tolerance, where Prometheus' repair depends on the order it walks) goes through them instead.
+
+def first_bounds_holding_all(bounds: Sequence[float], counts: Floats) -> list[float | None]:
+    """`below_first_bound` of each row of `counts` (one histogram a row, on sorted `bounds` that end
+    at +Inf), in one numpy pass."""
+    if len(bounds) < 2 or not 0 < bounds[0] < math.inf or not math.isinf(bounds[-1]):
+        return [None] * len(counts)
+    total = counts[:, -1]
+    held = (total > 0) & (counts[:, 0] >= total * (1 - 1e-9))
+    return [bounds[0] if all_in else None for all_in in held.tolist()]
+
 
 def bucket_quantiles(qs: Sequence[float], bounds: Sequence[float], counts: Floats) -> Floats:
     """`histogram_quantiles(qs, zip(bounds, row))` for every row of `counts` (histograms x buckets).

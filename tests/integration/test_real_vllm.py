@@ -383,6 +383,13 @@ def test_bench_engine_figures_are_the_engines_own_histograms(server: VllmServer,
     # in two suite runs out of three, finding the engine idle.
     assert engine["requests_running"]["max"] >= 0 and engine["kv_cache_usage_ratio"]["max"] >= 0, engine
     assert engine["ttft_s"]["p50"] <= window["ttft_s"]["p99"]
+    # The input lengths by vLLM's own tokenizer (POST /tokenize, chat template applied) before the load
+    # are the prompt tokens its `usage` counted during it (the prompts differ by a digit at most).
+    work = result["conditions"]["workload"]
+    exact, served = work["lengths_exact"], work["served"]
+    assert "the engine's tokenizer" in exact["from"] and exact["requests"] == 100
+    assert exact["input_tokens"]["mean"] == pytest.approx(served["input_tokens"]["mean"], abs=1.0)
+    assert served["output_tokens"]["p50"] == 160 and served["output_from"] == "usage.completion_tokens"
 
 
 def test_a_missing_install_fails_under_ci_and_skips_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -87,7 +87,7 @@ def test_different_variables_are_refused_unless_forced(tmp_path: Path) -> None:
     write_result(h100, tmp_path / "h100.json")
     refused = _invoke(str(tmp_path / "h200.json"), str(tmp_path / "h100.json"))
     assert refused.exit_code == 2
-    assert "not comparable: GPU: NVIDIA H200 vs NVIDIA H100" in refused.output
+    assert "  - GPU: NVIDIA H200 vs NVIDIA H100 80GB HBM3\n" in refused.output and refused.output.endswith("\n")
     forced = _invoke(str(tmp_path / "h200.json"), str(tmp_path / "h100.json"), "--force")
     assert forced.exit_code == 1 and "REGRESSION" in forced.output
 
@@ -103,9 +103,12 @@ def test_several_results_make_one_table(tmp_path: Path) -> None:
         paths.append(str(tmp_path / f"{name}.json"))
     table = CliRunner().invoke(app, ["bench", "compare", *paths], env={"COLUMNS": "220"})
     assert table.exit_code == 0, table.output
-    for gpu, tps in (("NVIDIA H200", "2,400"), ("NVIDIA A100-SXM4-80GB", "1,100"), ("NVIDIA L40S", "700")):
-        row = next(line for line in table.output.splitlines() if gpu in line)
-        assert tps in row and f"{round(float(tps.replace(',', '')) / 100)} users" in row
+    # A result a column, a figure a row: each row holds the results in the order given.
+    rows = {line.split()[0]: line for line in table.output.splitlines() if line.strip()}
+    assert rows["output"].split()[-3:] == ["2,400", "1,100", "700"]
+    assert rows["capacity"].split()[1:] == ["24", "users", "11", "users", "7", "users"]
+    assert [rows["gpu"].index(gpu) for gpu in ("H200", "A100", "L40S")] == sorted(
+        rows["gpu"].index(gpu) for gpu in ("H200", "A100", "L40S"))
 
 
 def test_a_file_that_is_not_a_result_fails_clearly(tmp_path: Path) -> None:

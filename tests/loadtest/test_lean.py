@@ -4,14 +4,19 @@ own models would have: the same answer, usage and finish reason, against the sim
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
+from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
 import openai
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from openai._streaming import SSEDecoder
 
 from monitor.canary.probe import observe_stream
-from monitor.loadtest.lean import LeanAsyncOpenAI, lean_chunk
+from monitor.loadtest.lean import LeanAsyncOpenAI, LeanSSEDecoder, lean_chunk
 from monitor.loadtest.load import make_client
 from monitor.sim import LatencyProfile
 from tests.loadtest.conftest import MODEL
@@ -58,3 +63,27 @@ def test_the_lean_client_records_what_the_sdk_would(start_sim) -> None:
     for name in ("text", "usage_tokens", "usage_prompt_tokens", "finish_reason", "failure"):
         assert getattr(seen_lean, name) == getattr(seen_plain, name), name
     assert seen_lean.usage_tokens == 12 and seen_lean.failure is None
+
+
+# An event stream with what SSE allows and engines rarely send: comments, event/id/retry fields,
+# multi-line data, empty data, CRLF and CR line ends, multi-byte characters, an unclosed last event.
+SSE_STREAM = ('data: {"a": 1}\n\n: a comment\n\nevent: note\ndata: first\ndata: second\n\nid: 7\ndata: é中\n\n'
+              'data:no space\r\n\r\ndata: cr\r\rretry: 5\ndata: x\n\ndata: \n\n\n\ndata: [DONE]\n\ndata: unclosed\n')
+
+
+@given(cuts=st.lists(st.integers(min_value=0, max_value=len(SSE_STREAM.encode())), max_size=12))
+@settings(max_examples=200, deadline=None)
+def test_the_lean_sse_decoder_yields_what_the_sdks_does_however_the_bytes_are_cut(cuts: list[int]) -> None:
+    raw = SSE_STREAM.encode()
+    edges = [0, *sorted(cuts), len(raw)]
+    pieces = [raw[a:b] for a, b in itertools.pairwise(edges)]
+
+    async def events(decoder: SSEDecoder) -> list[tuple[Any, ...]]:
+        async def chunks() -> AsyncIterator[bytes]:
+            for piece in pieces:
+                yield piece
+
+        return [(e.event, e.data, e.id, e.retry) async for e in decoder.aiter_bytes(chunks())]
+
+    lean, sdk = asyncio.run(events(LeanSSEDecoder())), asyncio.run(events(SSEDecoder()))
+    assert lean == sdk and len(sdk) == 10

@@ -12,16 +12,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.config import CostSettings
 from monitor.cost.prices import PriceBook
-from monitor.loadtest.data import Dataset, load_dataset, synthetic_dataset
+from monitor.loadtest.data import Dataset, draw_requests, load_dataset, synthetic_dataset
 from monitor.loadtest.load import Level
 from monitor.loadtest.run import BenchConfig, run_bench
 from monitor.loadtest.scenario import BUILT_IN
+from monitor.loadtest.stats import distribution
 from monitor.loadtest.summary import cached
+from monitor.loadtest.tokenizer import exact_input_lengths
 from tests.llamacpp import MODEL_NAME, LlamaServer, serve_tiny_model
 
 
@@ -81,3 +84,30 @@ def test_unique_synthetic_prompts_leave_llama_servers_prompt_cache_unused(server
     assert repeated["levels"][0]["repeats"][0]["engine"]["prefix_cache_hit_ratio"] > 0.5
     (line,) = cached(repeated)
     assert "came from the engine's prefix cache" in line
+
+
+def test_input_lengths_by_llama_servers_tokenizer_are_what_its_usage_counts(server: LlamaServer, prompts: Path) -> None:
+    requests = draw_requests(load_dataset(prompts), BUILT_IN["chat"], 6, seed=3)
+
+    async def both() -> tuple[dict[str, Any] | None, list[int]]:
+        async with httpx.AsyncClient(timeout=30.0) as http:
+            exact = await exact_input_lengths(http, server.url, MODEL_NAME, "llamacpp", requests)
+            counted = []
+            for request in requests:  # what the server counts when it serves the same messages
+                answer = await http.post(f"{server.url}/v1/chat/completions", json={
+                    "model": MODEL_NAME, "messages": list(request.messages), "max_tokens": 1})
+                counted.append(answer.json()["usage"]["prompt_tokens"])
+            return exact, counted
+
+    exact, counted = asyncio.run(both())
+    assert exact is not None and exact["requests"] == 6 and "apply-template" in exact["from"]
+    assert exact["input_tokens"] == distribution(counted)
+    # The client's estimate (4 characters a token) is not that count on this model's vocabulary.
+    assert distribution([r.input_tokens for r in requests])["mean"] != exact["input_tokens"]["mean"]
+    # An engine without a tokenizer endpoint we know: not tried.
+    assert asyncio.run(_untried(server.url, requests)) is None
+
+
+async def _untried(url: str, requests: Any) -> dict[str, Any] | None:
+    async with httpx.AsyncClient(timeout=30.0) as http:
+        return await exact_input_lengths(http, url, MODEL_NAME, "tgi", requests)

@@ -17,9 +17,9 @@ from monitor.loadtest.client import ClientMeter, Mark, parse_proc_stat
 from monitor.loadtest.data import draw_requests, synthetic_dataset
 from monitor.loadtest.load import Level
 from monitor.loadtest.run import BenchConfig, run_bench
-from monitor.loadtest.sampling import below_first_bound
 from monitor.loadtest.scenario import BUILT_IN
 from monitor.loadtest.summary import cached, cell
+from monitor.service.promql import below_first_bound
 from monitor.sim import EngineConfig, LatencyProfile, SimServer, SimulatedEngine
 from tests.loadtest.conftest import MODEL, bench
 
@@ -67,9 +67,10 @@ def test_engine_quantiles_from_the_first_bucket_read_as_below_its_bound(start_si
 
 def test_below_first_bound_needs_every_observation_in_the_first_bucket() -> None:
     inf = float("inf")
-    assert below_first_bound({"ttft": {0.001: 4.0, 0.005: 4.0, inf: 4.0}}) == {"ttft_s": 0.001}
-    assert below_first_bound({"ttft": {0.001: 3.0, 0.005: 4.0, inf: 4.0}}) == {}
-    assert below_first_bound({"ttft": {0.001: 0.0, inf: 0.0}}) == {}  # nothing observed: nothing to say
+    assert below_first_bound([(0.005, 4.0), (0.001, 4.0), (inf, 4.0)]) == 0.001  # in any order
+    assert below_first_bound([(0.001, 3.0), (0.005, 4.0), (inf, 4.0)]) is None
+    assert below_first_bound([(0.001, 0.0), (inf, 0.0)]) is None  # nothing observed: nothing to say
+    assert below_first_bound([(0.001, 4.0), (0.005, 4.0)]) is None  # no +Inf bucket: no quantile either
 
 
 def test_in_flight_is_littles_law_on_the_clients_clock(start_sim, prompts: Path) -> None:
