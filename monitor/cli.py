@@ -69,11 +69,18 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Listen port (default 9480)")] = None,
 ) -> None:
     """Run the monitor: collect, export /metrics, serve the API."""
-    from monitor.app import create_app
-    from monitor.runtime import Monitor
+    from monitor.server import CannotListen, listening_socket
 
     settings = _settings(config, host=host, port=port)
     _logging(settings.server.log_level)
+    try:  # before the monitor starts anything: a port in use is one line, naming the key
+        listener = listening_socket(settings.server.host, settings.server.port, "server.port",
+                                    "choose another with --port, server.port or INFERMON_SERVER__PORT")
+    except CannotListen as exc:
+        typer.secho(str(exc), err=True, fg=typer.colors.RED)
+        raise typer.Exit(1) from None
+    from monitor.app import create_app
+    from monitor.runtime import Monitor
     try:
         monitor = Monitor(settings, config_path=config)
     except ConfigError as exc:  # an alert rule file that cannot be loaded
@@ -89,7 +96,7 @@ def serve(
 
     server_config = uvicorn_config(create_app(monitor), settings.server)  # configures uvicorn's loggers
     install(settings.server.log_repeat_window.seconds)
-    uvicorn.Server(server_config).run()
+    uvicorn.Server(server_config).run(sockets=[listener])
 
 
 @app.command()
@@ -104,10 +111,14 @@ def demo(
     No GPU and nothing else to install: a simulator, a replayed H200, a simulated judge and a
     webhook sink, all on loopback ports. A run shorter than 4 minutes ends before the first fault."""
     from monitor.demo import run_demo
+    from monitor.server import CannotListen
 
     _logging("info")
     try:
         asyncio.run(run_demo(port=port, duration=duration, keep_state=keep_state))
+    except CannotListen as exc:  # before any of the demo's servers started: nothing left running
+        typer.secho(str(exc), err=True, fg=typer.colors.RED)
+        raise typer.Exit(1) from None
     except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, SIGTERM: stopped in order
         typer.echo("inference-monitor demo: stopped")
         raise typer.Exit(130) from None
@@ -132,6 +143,9 @@ def check(config: ConfigOption = None) -> None:
     logging.getLogger().setLevel(logging.WARNING)
     try:
         all_up = asyncio.run(_probe_once(settings)) and store_up
+    except ConfigError as exc:  # what only assembling the monitor finds (a rule file that cannot be loaded)
+        typer.secho(f"configuration error:\n{exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
     finally:
         logging.getLogger().removeHandler(notes)
     for line in notes.lines():
@@ -319,6 +333,7 @@ def history_import(
     days: Annotated[float, typer.Option(help="How many days back to import", min=0.1)] = 21.0,
     drop_label: Annotated[list[str] | None, typer.Option(
         "--drop-label", help="Labels the scrape added, removed from each series (default: job, instance)")] = None,
+    concurrency: Annotated[int, typer.Option(help="Range queries in flight at once", min=1, max=32)] = 4,
 ) -> None:
     """Seed the history from Prometheus: the series the trend rules and history.series name, as
     5-minute means, into storage.url (a point the monitor stored itself wins)."""
@@ -344,7 +359,8 @@ def history_import(
         with httpx.Client(base_url=prometheus, timeout=60, trust_env=False) as client:
             done = import_prometheus(client, wanted, end - days * 86400, end, HistoryTables(store.engine),
                                      progress=lambda line: typer.echo(f"  {line}", err=True),
-                                     drop=SCRAPE_LABELS if drop_label is None else drop_label)
+                                     drop=SCRAPE_LABELS if drop_label is None else drop_label,
+                                     concurrency=concurrency)
     except HistoryImportError as exc:
         typer.secho(f"history import failed: {exc}", err=True, fg=typer.colors.RED)
         raise typer.Exit(1) from None
@@ -356,6 +372,32 @@ def history_import(
                     fg=typer.colors.YELLOW)
         raise typer.Exit(1)
 
+
+
+@app.command()
+def digest(
+    config: ConfigOption = None,
+    week: Annotated[bool, typer.Option("--week", help="The last 7 days against the 7 before (the only period)")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="The numbers as JSON instead of text")] = False,
+) -> None:
+    """What is slowly getting worse: each model's P99 TTFT, TPOT and E2E, error ratio, $/1M tokens and
+    judge score this week against last week, 30-day sparklines and the trend alerts of the week, from
+    the history in storage.url."""
+    import json
+    import time
+
+    from monitor.alerting.digest import weekly_digest
+    from monitor.history.digest import as_json as digest_json
+    from monitor.store.session import Store
+    from monitor.web.digest import digest_text
+
+    settings = _settings(config)
+    store = Store(settings.storage.url)
+    try:
+        found = weekly_digest(store.engine, time.time())
+    finally:
+        store.close()
+    typer.echo(json.dumps(digest_json(found), indent=2) + "\n" if as_json else digest_text(found), nl=False)
 
 if __name__ == "__main__":
     app()

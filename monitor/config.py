@@ -187,7 +187,9 @@ class ShardSettings(_Section):
 class ServiceSettings(_Section):
     scrape_interval: Duration = Field(Duration("15s"), description="How often each target is scraped")
     scrape_timeout: Duration = Field(Duration("10s"), description="Deadline for one whole scrape")
-    windows: list[Duration] = Field(default_factory=lambda: [Duration("1m"), Duration("5m")])
+    windows: list[Duration] = Field(
+        default_factory=lambda: [Duration("1m"), Duration("5m")],
+        description="Windows of the rates and quantiles (label `window`); each longer than scrape_interval")
     baseline_window: Duration = Field(Duration("1h"), description="Trailing throughput baseline")
     baseline_min_coverage: float = Field(
         0.9, gt=0, le=1, description="Share of a baseline window that must hold samples before it counts")
@@ -203,13 +205,17 @@ class ServiceSettings(_Section):
     file_sd: list[str] = Field(
         default_factory=list, description="Prometheus file_sd files (JSON/YAML, globs allowed), followed live"
     )
-    slo: SloSettings = Field(default_factory=SloSettings)
+    slo: SloSettings = Field(default_factory=SloSettings, description="Objectives of inference_slo_attainment_ratio")
     shard: ShardSettings | None = Field(
         None, description="Keep only this shard's targets, static and file_sd (hashmod on the target name)"
     )
     parse_workers: int = Field(
         0, ge=0, le=64, description="Processes that parse the pages and derive the targets under `infermon serve` "
         "(each target in one of them); 0: one thread of the monitor's own process")
+    engine_version: bool = Field(
+        False, description="Ask each engine its version beside its page (vLLM GET /version, SGLang /get_server_info, "
+        "TGI /info, llama.cpp /props) when it comes up and every 10 minutes: the `version` label of "
+        "inference_target_info, and a latency step at a version change named as such")
 
     @field_validator("windows")
     @classmethod
@@ -248,7 +254,8 @@ class ServiceSettings(_Section):
 
 
 class NvmlSettings(_Section):
-    enabled: Literal["auto", "true", "false"] = "auto"
+    enabled: Literal["auto", "true", "false"] = Field(
+        "auto", description="Read the GPUs through NVML: auto uses it where the driver library loads")
 
     @field_validator("enabled", mode="before")
     @classmethod
@@ -257,7 +264,7 @@ class NvmlSettings(_Section):
 
 
 class DcgmSettings(_Section):
-    targets: list[Target] = Field(default_factory=list)
+    targets: list[Target] = Field(default_factory=list, description="dcgm-exporter pages to read the GPUs from")
 
 
 class ReplaySettings(_Section):
@@ -265,12 +272,12 @@ class ReplaySettings(_Section):
 
 
 class InfraSettings(_Section):
-    interval: Duration = Field(Duration("5s"))
+    interval: Duration = Field(Duration("5s"), description="How often the GPUs are read")
     timeout: Duration = Field(Duration("2s"), description="Deadline for one GPU's NVML reads")
-    node: str = Field(default_factory=socket.gethostname)
-    nvml: NvmlSettings = Field(default_factory=NvmlSettings)
-    dcgm: DcgmSettings = Field(default_factory=DcgmSettings)
-    replay: ReplaySettings = Field(default_factory=ReplaySettings)
+    node: str = Field(default_factory=socket.gethostname, description="Label `node` of this machine's GPUs")
+    nvml: NvmlSettings = Field(default_factory=NvmlSettings, description="This machine's GPUs through NVML")
+    dcgm: DcgmSettings = Field(default_factory=DcgmSettings, description="GPUs read from dcgm-exporter pages")
+    replay: ReplaySettings = Field(default_factory=ReplaySettings, description="A recorded trace played as GPUs")
 
 
 class StorageSettings(_Section):
@@ -341,9 +348,10 @@ class HistorySettings(_Section):
 
 
 class ServerSettings(_Section):
-    host: str = "0.0.0.0"
-    port: int = Field(9480, ge=0, le=65535)
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    host: str = Field("0.0.0.0", description="Address the HTTP server binds: every interface by default; "
+                      "127.0.0.1 keeps it on this machine")
+    port: int = Field(9480, ge=0, le=65535, description="Port of the HTTP server (the page, /metrics, the API)")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Least severe log line kept")
     max_connections: int = Field(
         512, ge=8, description="Most open connections; at the cap the longest one without a request is closed"
     )
@@ -391,16 +399,19 @@ class ApiSettings(_Section):
 class ReceiverSettings(_Section):
     """One notification receiver. `url`, `secret` and `token` are secrets: an IM webhook URL carries its token."""
 
-    name: str = Field(min_length=1)
-    type: Literal["webhook", "slack", "feishu", "dingtalk", "wecom"]
+    name: str = Field(min_length=1, description="The receiver's name (label `receiver` of its metrics)")
+    type: Literal["webhook", "slack", "feishu", "dingtalk", "wecom"] = Field(
+        description="How to post: the message format")
     url: SecretStr = Field(description="Where to post (Alertmanager-style webhook, or the IM bot's webhook URL)")
     secret: SecretStr | None = Field(None, description="Signing secret (feishu, dingtalk)")
     token: SecretStr | None = Field(None, description="Bearer token sent to a generic webhook")
-    send_resolved: bool = True
-    group_by: list[str] = Field(default_factory=lambda: ["alertname"])
-    group_wait: Duration = Field(Duration("30s"))
-    group_interval: Duration = Field(Duration("5m"))
-    repeat_interval: Duration = Field(Duration("4h"))
+    send_resolved: bool = Field(
+        True, description="Notify when an alert resolves (default: as Alertmanager, not for slack and wecom)")
+    group_by: list[str] = Field(
+        default_factory=lambda: ["alertname"], description="Labels that group alerts in one message")
+    group_wait: Duration = Field(Duration("30s"), description="Wait before a new group's first message")
+    group_interval: Duration = Field(Duration("5m"), description="Wait before a message about a changed group")
+    repeat_interval: Duration = Field(Duration("4h"), description="Send a still-firing group again after this")
     # Secrets from files (a mounted Kubernetes secret, a credentials file): read once at start-up.
     url_file: Path | None = Field(None, description="File holding `url` (instead of writing it here)")
     secret_file: Path | None = Field(None, description="File holding `secret`")
@@ -454,7 +465,7 @@ def _read_secret_env(variable: str, key: str) -> str:
     return value
 
 
-SHIPPED_RULE_FILES = ("infra", "service", "monitor", "cost", "canary", "quality", "trend")
+SHIPPED_RULE_FILES = ("infra", "service", "monitor", "cost", "canary", "quality", "trend", "kv")
 
 
 class CauseSettings(_Section):
@@ -472,6 +483,16 @@ class CauseSettings(_Section):
     prefix_cache_min_requests: float = Field(
         20.0, ge=0, description="... over at least this many requests in the alert's window (fewer: noise)")
     gpu_busy_ratio: float = Field(0.9, ge=0, le=1, description="... while the target's GPUs are this busy")
+    kv_swap_back_seconds: float = Field(
+        0.05, gt=0, description="kv_swap_back: P99 of loading KV back from an offload tier at or above this")
+    pd_transfer_share_ratio: float = Field(
+        0.3, ge=0, le=1, description="pd_transfer: mean P/D KV transfer time at or above this share of the mean TTFT")
+    pd_transfer_failures_per_second: float = Field(
+        0.0, ge=0, description="pd_transfer: failed P/D KV transfers (or bootstraps) per second above this")
+    kv_thrash_reload_ratio: float = Field(
+        0.8, ge=0, description="kv_tier_thrashing: KV loaded back from a tier at or above this share of its evictions")
+    moe_balancedness_ratio: float = Field(
+        0.6, ge=0, le=1, description="moe_imbalance: MoE expert balancedness (mean over max load per GPU) below this")
     throttle_reasons: list[str] = Field(
         default_factory=lambda: ["sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"],
         description="gpu_throttling: the clock-event reasons that count (thermal, power, hardware)",
@@ -484,6 +505,8 @@ class CauseSettings(_Section):
     refusal_baseline_ratio: float = Field(2.0, ge=1, description="refusals_rose: refusal ratio this many times the "
                                           "baseline's")
     length_change_ratio: float = Field(0.3, ge=0, description="length_changed: mean output length moved this share")
+    length_psi: float = Field(0.25, ge=0, description="length_shape_changed: output-length PSI against the baseline "
+                              "at or above this (QualityOutputLengthDrift's threshold)")
     score_baseline_delta: float = Field(-0.5, le=0, description="score_fell: mean score this far below the baseline's")
     hallucination_ratio: float = Field(0.05, ge=0, le=1, description="hallucinations: share flagged above this")
     idle_ratio: float = Field(0.5, ge=0, le=1, description="idle_spend: share of the spend on idle GPUs above this")
@@ -498,12 +521,13 @@ class CauseSettings(_Section):
 
 
 class AlertingSettings(_Section):
-    enabled: bool = True
+    enabled: bool = Field(True, description="Evaluate the rules in the monitor (false where Prometheus does)")
     rules_files: list[Path] = Field(
         default_factory=lambda: [Path(f"alerts/{name}.yml") for name in SHIPPED_RULE_FILES],
         description="Prometheus rule files the embedded evaluator loads (Prometheus loads the same files)",
     )
-    evaluation_interval: Duration = Field(Duration("15s"))
+    evaluation_interval: Duration = Field(
+        Duration("15s"), description="How often the embedded evaluator runs the rules")
     external_url: str | None = Field(None, description="This monitor's URL as users reach it (generatorURL)")
     runbook_base_url: str | None = Field(
         None, description="Prefix that turns runbook paths (docs/runbooks/...) into links, e.g. "
@@ -530,8 +554,8 @@ class AlertingSettings(_Section):
 class Price(_Section):
     """A price per GPU-hour, in exactly one currency."""
 
-    usd_per_hour: float | None = Field(None, ge=0)
-    cny_per_hour: float | None = Field(None, ge=0)
+    usd_per_hour: float | None = Field(None, ge=0, description="Price per GPU-hour in USD")
+    cny_per_hour: float | None = Field(None, ge=0, description="Price per GPU-hour in CNY (needs cost.cny_per_usd)")
 
     @model_validator(mode="after")
     def _one_currency(self) -> Price:
@@ -544,8 +568,8 @@ class StaticGpus(_Section):
     """GPUs the monitor cannot see (no NVML, no dcgm-exporter) but pays for."""
 
     model: str = Field(min_length=1, description="Model name as NVML reports it, e.g. NVIDIA H200")
-    count: int = Field(ge=1, le=4096)
-    node: str = Field(min_length=1)
+    count: int = Field(ge=1, le=4096, description="How many of them")
+    node: str = Field(min_length=1, description="Node they are on (label `node`)")
 
 
 class CostSettings(_Section):
@@ -590,27 +614,27 @@ class CostSettings(_Section):
 class RequestLogSource(_Section):
     """Samples posted to POST /api/v1/samples, kept in the store for `retention`."""
 
-    type: Literal["requestlog"]
+    type: Literal["requestlog"] = Field(description="requestlog: samples posted to POST /api/v1/samples")
     retention: Duration = Field(Duration("30d"), description="Stored samples older than this are pruned")
 
 
 class JsonlSource(_Section):
     """Files of sample objects, one a line (the request-log shape)."""
 
-    type: Literal["jsonl"]
+    type: Literal["jsonl"] = Field(description="jsonl: files of samples")
     paths: list[Path] = Field(min_length=1, description="JSONL files (globs allowed)")
 
 
 class LangfuseSource(_Section):
     """Generations of the day from Langfuse's public API; scores written back."""
 
-    type: Literal["langfuse"]
+    type: Literal["langfuse"] = Field(description="langfuse: generations from Langfuse's public API")
     host: str = Field("https://cloud.langfuse.com", description="Langfuse base URL")
     public_key_env: str = Field("LANGFUSE_PUBLIC_KEY", description="Environment variable holding the public key")
     secret_key_env: str = Field("LANGFUSE_SECRET_KEY", description="Environment variable holding the secret key")
     write_scores: bool = Field(True, description="Write the judge's scores back to the traces")
-    page_size: int = Field(100, ge=1, le=1000)
-    timeout: Duration = Field(Duration("30s"))
+    page_size: int = Field(100, ge=1, le=1000, description="Generations asked for per API page")
+    timeout: Duration = Field(Duration("30s"), description="Deadline of one API call")
 
     @field_validator("host")
     @classmethod
@@ -623,7 +647,7 @@ SampleSource = Annotated[RequestLogSource | JsonlSource | LangfuseSource, Field(
 
 class JudgeSettings(_Section):
     base_url: str = Field("https://api.openai.com/v1", description="Any OpenAI-compatible Chat Completions endpoint")
-    model: str = "gpt-5"
+    model: str = Field("gpt-5", description="The judge model's name at base_url")
     api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key")
     concurrency: int = Field(8, ge=1, le=256, description="Judge calls in flight at once")
     timeout: Duration = Field(Duration("60s"), description="Deadline of one judge call")
@@ -651,8 +675,8 @@ class JudgeSettings(_Section):
 
 
 class CustomPattern(_Section):
-    name: str = Field(min_length=1)
-    pattern: str
+    name: str = Field(min_length=1, description="Name of the pattern (replaces what it matches: [name])")
+    pattern: str = Field(description="Regular expression of the text to redact")
 
     @field_validator("pattern")
     @classmethod
@@ -676,14 +700,17 @@ class QualitySettings(_Section):
     enabled: bool = Field(True, description="Schedule the daily run in `infermon serve`")
     schedule: str = Field("0 2 * * *", description="Cron expression of the daily run (for the previous day)")
     timezone: str = Field("UTC", description="Time zone of the schedule and of a run's day")
-    sample_size: int = Field(100, ge=1, le=100_000)
-    baseline_days: int = Field(7, ge=1, le=365)
+    sample_size: int = Field(100, ge=1, le=100_000, description="Responses judged per model and day")
+    baseline_days: int = Field(7, ge=1, le=365, description="Days before the run that make its baseline")
     baseline_min_coverage: float = Field(
         0.9, gt=0, le=1, description="Share of the baseline days that need a finished run before it counts")
-    sources: list[SampleSource] = Field(default_factory=lambda: _default_sources())
-    judge: JudgeSettings = Field(default_factory=JudgeSettings)
+    sources: list[SampleSource] = Field(default_factory=lambda: _default_sources(),
+                                        description="Where the day's responses come from")
+    judge: JudgeSettings = Field(default_factory=JudgeSettings, description="The LLM judge")
     # A name is one of the quality layer's built-in patterns: checked in monitor/settings_check.py.
-    redact: list[str | CustomPattern] = Field(default_factory=lambda: _default_redact())
+    redact: list[str | CustomPattern] = Field(
+        default_factory=lambda: _default_redact(),
+        description="Redacted before a sample is stored or judged: built-in pattern names or {name, pattern}")
     refresh_interval: Duration = Field(Duration("30s"), description="How often serve re-reads the latest stored runs")
     max_body_bytes: int = Field(4_000_000, gt=0, description="Largest POST /api/v1/samples body")
     max_text_chars: int = Field(100_000, gt=0, description="Longest prompt, response, context or reference")
@@ -839,7 +866,7 @@ class CanaryProbe(_Section):
     timeout: Duration = Field(Duration("30s"), description="Deadline for the whole probe, first byte to last token "
                               "(default: 30s, or the interval where that is shorter)")
     api_key_env: str | None = Field(None, description="Environment variable holding the API key (never logged)")
-    prompt: str = Field("Say hello in five words.", min_length=1)
+    prompt: str = Field("Say hello in five words.", min_length=1, description="The probe's user message")
     nonce: bool = Field(True, description="Start each probe's prompt with a short random nonce, so the engine's "
                         "prefix cache cannot answer it: the TTFT measured is a new user's")
     max_tokens: int = Field(32, ge=1, le=4096, description="A small answer: the probe costs one short request")

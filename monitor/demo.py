@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import tempfile
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime, timedelta
@@ -22,12 +23,16 @@ import uvicorn
 
 from monitor.app import create_app
 from monitor.config import Settings
+from monitor.history.keeper import first_day
+from monitor.history.summary import trend_rows
 from monitor.infra.replay import ReplayNvml
 from monitor.ports import free_port
 from monitor.runtime import Monitor
+from monitor.server import listening_socket
 from monitor.service.collector import COLLECTOR as SERVICE_COLLECTOR
 from monitor.settings_check import load_checked_settings
 from monitor.sim.demo_cycle import HeldReplayClock, demo_rules, scheduled_load
+from monitor.sim.demo_week import DEMO_WEEK_DAYS, DEMO_WEEK_ENGINES, demo_week
 from monitor.sim.engine import DEFAULT_MODEL, SimulatedEngine
 from monitor.sim.faults import demo_schedule
 from monitor.sim.load import LoadConfig, run_load
@@ -59,6 +64,7 @@ def demo_settings(sim_url: str, port: int, extra: dict[str, Any] | None = None,
             "windows": ["1m", "5m"],
             "baseline_window": "10m",
             "targets": [{"name": "vllm-sim", "url": f"{sim_url}/metrics", "node": "demo-h200", "gpus": [0]}],
+            "engine_version": True,  # the simulator answers GET /version as vLLM does
         },
         "storage": {"url": f"sqlite:///{state}"},
         # No GPU needed: a real H200 recording (idle, burn, memory fill, 30 % duty) plays in a loop.
@@ -87,13 +93,16 @@ def demo_settings(sim_url: str, port: int, extra: dict[str, Any] | None = None,
 
 async def run_demo(port: int = 9480, duration: float | None = None, keep_state: bool = False) -> None:
     """A fresh state each time (a temporary database: no alerts or runs of an earlier demo come
-    back) unless `keep_state`, which keeps ./infermon-demo.db across demos."""
-    with tempfile.TemporaryDirectory(prefix="infermon-demo-") as scratch:
+    back) unless `keep_state`, which keeps ./infermon-demo.db across demos. The monitor's port is
+    bound first: one in use is `CannotListen`, before any of the demo's servers starts."""
+    with listening_socket("127.0.0.1", port, "demo", f"run it on another with --port (infermon demo --port "
+                          f"{port + 1 if port else 9481})") as listener, \
+            tempfile.TemporaryDirectory(prefix="infermon-demo-") as scratch:
         state = DEMO_STATE if keep_state else Path(scratch) / "demo.db"
-        await _run_demo(port, duration, state)
+        await _run_demo(listener, duration, state)
 
 
-async def _run_demo(port: int, duration: float | None, state: Path) -> None:
+async def _run_demo(listener: socket.socket, duration: float | None, state: Path) -> None:
     # Ctrl-C and SIGTERM (`docker stop`, a supervisor) cancel this task: the demo shuts down in
     # order. Installed here, not left to asyncio.run: a process started in the background by a
     # shell inherits SIGINT ignored, and asyncio.run then leaves it so.
@@ -102,6 +111,7 @@ async def _run_demo(port: int, duration: float | None, state: Path) -> None:
         for stop in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not off the main thread
                 asyncio.get_running_loop().add_signal_handler(stop, main.cancel)
+    port = int(listener.getsockname()[1])
     sim = SimulatedEngine(EngineConfig(max_num_seqs=DEMO_MAX_NUM_SEQS), faults=demo_schedule())
     sim_port = free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
@@ -117,10 +127,11 @@ async def _run_demo(port: int, duration: float | None, state: Path) -> None:
     settings = demo_settings(sim_url, port, extra={"quality": demo_quality(judge_port),
                                                    "alerting": demo_alerting(sink_port)}, state=state)
     monitor = Monitor(settings)
+    seed_decay_week(monitor)
     gpu_follows_the_cycle(monitor, sim)
     server = InLoopServer(uvicorn.Config(create_app(monitor), host="127.0.0.1", port=port, log_level="warning",
                                          log_config=None, access_log=False, timeout_graceful_shutdown=5))
-    tasks.append(asyncio.create_task(server.serve(), name="monitor"))
+    tasks.append(asyncio.create_task(server.serve(sockets=[listener]), name="monitor"))
     tasks.append(asyncio.create_task(quality_scenario(monitor, sim, sim_url, server, port), name="quality"))
     load = LoadConfig(rps=DEMO_RPS, duration_s=duration if duration is not None else 7 * 86400.0,
                       max_tokens=(32, 256), drain_timeout_s=5.0)
@@ -193,6 +204,25 @@ async def _first_scrape(monitor: Monitor, server: uvicorn.Server) -> None:
     log.warning("demo: no scrape finished within %.0f s; the overview says what happened", FIRST_SCRAPE_TIMEOUT_S)
 
 
+def seed_decay_week(monitor: Monitor, now: float | None = None) -> int:
+    """The demo's compressed weeks (monitor.sim.demo_week) into its store and its history in memory,
+    before the first evaluation: the trend rules read them at once (TTFTP99Creep on the simulated
+    engine, with its cause). A kept state (--keep-state) that has a history of its own keeps it.
+    Returns the day rows written."""
+    history = monitor.trend_history
+    if history is None:
+        return 0
+    now = monitor.wall() if now is None else now
+    if monitor.history_tables.read(first_day(now, DEMO_WEEK_DAYS), {"inference_ttft_seconds"}):
+        return 0
+    days = demo_week(DEMO_WEEK_ENGINES, now)
+    monitor.history_tables.write(days)
+    history.load(days, now)
+    if monitor.alerting is not None:
+        monitor.alerting.trends = trend_rows(history, now)
+    return len(days)
+
+
 DEMO_MAX_NUM_SEQS = 48  # room for the demo's load (~18 running, ~30 in a latency spike), not for 6x slower decoding
 
 
@@ -236,6 +266,9 @@ inference-monitor demo (the engine is a SIMULATOR of a vLLM server, driven at {D
             minute: inference_quality_* and http://127.0.0.1:{port}/reports/quality/<today>
   canary    one streamed chat every 15 s through the simulator's API (inference_canary_*)
   cost      http://127.0.0.1:{port}/api/v1/cost   (default prices: H200 $3.5/h, static Ascend + RTX 4090 fleets)
+  trends    three weeks of history seeded in its store: vllm-sim's P99 latency has crept ~4 %/day for
+            6 days (TTFTP99Creep, TPOTP99Creep at the first evaluation, cause trend_cache); vllm-steady
+            (history only, not scraped) follows the day and the week: the overview's "week over week"
   alerts    delivered to the demo's webhook sink on http://127.0.0.1:{sink_port}/hook; what it got:
             http://127.0.0.1:{sink_port}/ (and the overview's notifications list)
 Numbers appear within ~15 s; a 30-minute fault cycle shows each probable cause of an alert once

@@ -76,9 +76,36 @@ CAUSES: tuple[CauseRule, ...] = (
               "{engines_sleeping} engine(s) of the target are asleep (vLLM sleep mode): they serve nothing "
               "until woken (POST /wake_up).",
               "an engine of the alert's target is in a sleep state (vllm:engine_sleep_state)"),
+    # P/D transfers that fail lose the request's KV: they explain the errors they cause (alerts/kv.yml).
+    CauseRule("pd_transfer", "service", (_c("pd_transfer_failures", ">", "pd_transfer_failures_per_second"),),
+              "{pd_transfer_failures} prefill-to-decode KV transfers/s fail: those requests are aborted or computed "
+              "again (docs/runbooks/kv-tiers.md).",
+              "P/D KV transfers (or their bootstraps) fail faster than pd_transfer_failures_per_second"),
     CauseRule("engine_errors", "service", (_c("target_up", "==", 1), _c("error_ratio", ">=", "error_ratio")),
               "the engine answers but fails {error_ratio} of its requests itself.",
               "error ratio >= error_ratio (over the alert's window) on a target that answers"),
+    # KV offloading and P/D disaggregation (alerts/kv.yml): a TTFT that grew by the swap back or the
+    # transfer, which the engine measures itself; above the KV-cache and queue rows (a full cache and
+    # a queue come with a slow tier: the tier is the specific evidence).
+    CauseRule("kv_swap_back", "service", (_c("kv_swap_back", ">=", "kv_swap_back_seconds"),),
+              "loading offloaded KV back from the {kv_swap_back_tier} tier takes {kv_swap_back} at P99: requests "
+              "whose prefix was offloaded wait for it before their first token (docs/runbooks/kv-tiers.md).",
+              "P99 of a KV offload tier's load back into GPU memory >= kv_swap_back_seconds"),
+    CauseRule("pd_transfer", "service", (_c("pd_transfer_share", ">=", "pd_transfer_share_ratio"),),
+              "moving the prefill's KV to decode takes {pd_transfer_share} of the mean time to first token "
+              "(docs/runbooks/kv-tiers.md).",
+              "the mean P/D KV transfer time >= pd_transfer_share_ratio of the mean TTFT"),
+    CauseRule("kv_tier_thrashing", "service", (_c("kv_reload", ">=", "kv_thrash_reload_ratio"),
+                                               _c("kv_reload", "<=", 1.25), _c("kv_tier_loads", ">", 1.0)),
+              "the offload tier loads back {kv_reload} of the KV the GPU evicts to it ({kv_tier_loads} loads/s): "
+              "GPU memory is too small for the working set, the same blocks go back and forth "
+              "(docs/runbooks/kv-tiers.md).",
+              "KV loaded back from a tier >= kv_thrash_reload_ratio (and <= 1.25) of the KV evicted to it, "
+              "at more than 1 load/s"),
+    CauseRule("moe_imbalance", "service", (_c("moe_balancedness", "<", "moe_balancedness_ratio"),),
+              "MoE experts are unevenly loaded (balancedness {moe_balancedness}, 1 = even): the busiest GPU of the "
+              "expert-parallel group holds every step back (docs/runbooks/kv-tiers.md).",
+              "MoE expert balancedness (mean over max load per GPU) < moe_balancedness_ratio"),
     CauseRule("kv_cache_pressure", "service", (_c("kv_cache", ">=", "kv_cache_ratio"),
                                                _c("preemptions", ">", "preemptions_per_second")),
               "the KV cache is {kv_cache} full and the engine preempts {preemptions} requests/s to make room.",
@@ -160,6 +187,11 @@ CAUSES: tuple[CauseRule, ...] = (
               "the answers' mean length moved {length_change} against the baseline days: a changed model, "
               "prompt template or traffic mix.",
               "mean output length moved >= length_change_ratio"),
+    CauseRule("length_shape_changed", "quality", (_c("length_psi", ">=", "length_psi"),),
+              "the answers' lengths are distributed unlike the baseline days' (PSI {length_psi}) while their mean "
+              "moved {length_change}: more short and more long answers (a changed traffic mix, max_tokens or stop "
+              "sequences); the run's report shows both distributions.",
+              "the population stability index of the output lengths against the baseline days >= length_psi"),
     CauseRule("score_fell", "quality", (_c("score_delta", "<=", "score_baseline_delta"),),
               "the judge scored the answers {score_delta} below the baseline days, with refusals and lengths "
               "as usual: the answers themselves got worse.",
@@ -168,6 +200,13 @@ CAUSES: tuple[CauseRule, ...] = (
               "the judge flagged {hallucination} of the answers as hallucinated.",
               "hallucination share > hallucination_ratio"),
     # ---- trend: what changed over the same days (the history's week-over-week facts) ----------
+    # A step that began with a change of the target's engine (engine, generation or version) is the change's.
+    CauseRule("trend_engine_change", "trend", (_c("trend_change_minutes", "<=", 60),
+                                               _c("trend_change_step", ">=", 1.08)),
+              "the latency stepped up {trend_change_step} within {trend_change_minutes} of the engine change "
+              "{trend_change}: the new engine or its configuration; compare its release notes and flags, roll "
+              "back or accept the new level.",
+              "the target's engine, generation or version changed within 60 minutes of a latency step of +8 % or more"),
     CauseRule("trend_hardware", "trend", (_c("trend_gpu_power", "<=", "trend_gpu_ratio"),),
               "the GPUs serving the target draw {trend_gpu_power} of their power of a week ago at the same hours: "
               "hardware (a power cap, throttling, a failing fan); check inference_gpu_clock_event_active.",
@@ -249,12 +288,40 @@ def signals(context: Context, settings: CauseSettings) -> Signals:
           sum, lambda v: f"{v:g}")
     worst("throughput_baseline", [t.throughput_baseline_ratio for t in up_targets
                                   if t.throughput_baseline_ratio is not None], min, _pct)
+    _tier_signals(up_targets, values, texts)
     _prefix_cache_signals(up_targets, settings, values, texts)
     _gpu_signals(context, settings, values, texts)
     _quality_signals(context, values, texts)
     _cost_signals(context, values, texts)
     _trend_signals(context, values, texts)
     return Signals(values, texts)
+
+
+def _tier_signals(up_targets: list[TargetFacts], values: dict[str, float], texts: dict[str, str]) -> None:
+    """The slowest swap back, the busiest tier's reload ratio, the least balanced experts and the
+    largest P/D transfer share and failure rate of the targets."""
+    swap_backs = [(t.kv_swap_back_p99_seconds, t.kv_swap_back_tier or "?") for t in up_targets
+                  if t.kv_swap_back_p99_seconds is not None]
+    if swap_backs:
+        p99, tier = max(swap_backs)
+        values["kv_swap_back"], texts["kv_swap_back"] = p99, f"{p99 * 1000:.3g} ms"
+        texts["kv_swap_back_tier"] = tier
+    thrashing = [(t.kv_reload_ratio, t.kv_tier_loads_per_second) for t in up_targets
+                 if t.kv_reload_ratio is not None and t.kv_tier_loads_per_second is not None]
+    if thrashing:  # the tier that moves the most
+        reload, loads = max(thrashing, key=lambda pair: pair[1])
+        values["kv_reload"], texts["kv_reload"] = reload, _pct(reload)
+        values["kv_tier_loads"], texts["kv_tier_loads"] = loads, f"{loads:.3g}"
+    for name, found, pick, text in (
+        ("moe_balancedness", [t.moe_expert_balancedness_ratio for t in up_targets], min, lambda v: f"{v:.2f}"),
+        ("pd_transfer_share", [t.pd_transfer_ttft_share_ratio for t in up_targets], max, _pct),
+        ("pd_transfer_failures", [t.pd_transfer_failures_per_second for t in up_targets], max,
+         lambda v: f"{v:.3g}"),
+    ):
+        numbers = [v for v in found if v is not None]
+        if numbers:
+            values[name] = pick(numbers)
+            texts[name] = text(values[name])
 
 
 def _prefix_cache_signals(up_targets: list[TargetFacts], settings: CauseSettings, values: dict[str, float],
@@ -321,6 +388,7 @@ def _quality_signals(context: Context, values: dict[str, float], texts: dict[str
         ("samples", q.samples, lambda v: f"{v:g}"), ("sampled", q.sampled, lambda v: f"{v:g}"),
         ("refusal_ratio", q.refusal_ratio, _pct), ("refusal_baseline", q.refusal_baseline_ratio, lambda v: f"{v:.3g}"),
         ("length_change", q.output_length_mean_change_ratio, lambda v: f"{v * 100:+.3g} %"),
+        ("length_psi", q.output_length_psi, lambda v: f"{v:.3g}"),
         ("score_delta", q.score_baseline_delta, lambda v: f"{-v:.3g}"),
         ("hallucination", q.hallucination_ratio, _pct),
     ):
@@ -354,6 +422,13 @@ def _trend_signals(context: Context, values: dict[str, float], texts: dict[str, 
         if value is not None:
             values[name] = value
             texts[name] = _pct(value) if value != float("inf") else "new (none a week ago)"
+    if facts.engine_change is not None and facts.engine_change_minutes is not None \
+            and facts.engine_change_step is not None:
+        values["trend_change_minutes"] = facts.engine_change_minutes
+        texts["trend_change_minutes"] = f"{facts.engine_change_minutes:.0f} minutes"
+        values["trend_change_step"] = facts.engine_change_step
+        texts["trend_change_step"] = f"{(facts.engine_change_step - 1) * 100:+.0f} %"
+        texts["trend_change"] = facts.engine_change
 
 
 def _holds(condition: Condition, values: dict[str, float], settings: CauseSettings) -> bool:

@@ -21,12 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
 
 from monitor.cost.collector import CostView
-from monitor.history.keeper import HistoryKeeper, week_over_week
+from monitor.history.changes import step_at_change
+from monitor.history.keeper import WEEK, HistoryKeeper, week_over_week
+from monitor.history.store import DAY
 from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuState, InfraView
 from monitor.quality.layer import QualityView
-from monitor.service.derive import rank_imbalance
+from monitor.service.derive import WindowStats, rank_imbalance
 from monitor.service.view import ServiceView, TargetView
 from monitor.topology import TopologyMap
 
@@ -61,6 +65,13 @@ class TargetFacts:
     engines_sleeping: float | None = None  # ranks not awake (vLLM sleep mode)
     prefix_cache_hit_ratio: float | None = None
     prefix_cache_hit_ratio_baseline: float | None = None  # the same over the trailing baseline window
+    kv_swap_back_p99_seconds: float | None = None  # the slowest offload tier's P99 load back into GPU memory
+    kv_swap_back_tier: str | None = None  # ... and that tier
+    pd_transfer_ttft_share_ratio: float | None = None  # mean P/D KV transfer time over mean TTFT
+    pd_transfer_failures_per_second: float | None = None
+    kv_reload_ratio: float | None = None  # the busiest tier's KV loaded back per KV evicted to it
+    kv_tier_loads_per_second: float | None = None  # ... and its loads per second
+    moe_expert_balancedness_ratio: float | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +129,12 @@ class TrendFacts:
     prefix_cache_hit: float | None = None
     gpu_power: float | None = None  # the GPUs serving the target
     gpu_clock: float | None = None
+    # the engine change (engine, generation, version) of the target nearest to a step of the alert's
+    # latency in the last 8 days: "vllm v1 0.32.0 → vllm v1 0.33.0 at ...", the minutes between the
+    # two, and the latency's level after the step over before it
+    engine_change: str | None = None
+    engine_change_minutes: float | None = None
+    engine_change_step: float | None = None
 
 
 @dataclass(frozen=True)
@@ -178,6 +195,11 @@ def _trend_context(labels: Mapping[str, str], views: Views) -> Context:
         gpu_power=min(power) if power else None,
         gpu_clock=min(clock) if clock else None,
     )
+    step = step_at_change(history, labels, at, at - WEEK - DAY)
+    if step is not None:
+        when = datetime.fromtimestamp(step.change.at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        facts = replace(facts, engine_change=f"{step.change.before} → {step.change.after} at {when}",
+                        engine_change_minutes=step.minutes, engine_change_step=step.ratio)
     return replace(placed, layer="trend", trend=facts)
 
 
@@ -278,7 +300,25 @@ def _one_model(target: TargetView, model: str | None, window: str | None, second
         and seconds is not None else None,
         prefix_cache_hit_ratio=stats.prefix_cache_hit_ratio if stats else None,
         prefix_cache_hit_ratio_baseline=stats.prefix_cache_hit_ratio_baseline if stats else None,
+        **_tier_facts(stats),
     )
+
+
+def _tier_facts(stats: WindowStats | None) -> dict[str, Any]:
+    """The slowest tier's swap-back P99 (quantiles "kv_load/<tier>") and the P/D transfer's numbers."""
+    if stats is None:
+        return {}
+    swap_backs = [(q[0.99], key.partition("/")[2]) for key, q in stats.quantiles.items()
+                  if key.startswith("kv_load/") and 0.99 in q]
+    p99, tier = max(swap_backs) if swap_backs else (None, None)
+    busiest = max(((n.get("loads_per_second", 0.0), n) for n in stats.kv_tiers.values() if "reload_ratio" in n),
+                  default=None, key=lambda pair: pair[0])
+    reload = {} if busiest is None else {"kv_reload_ratio": busiest[1]["reload_ratio"],
+                                         "kv_tier_loads_per_second": busiest[0]}
+    return {**reload, "moe_expert_balancedness_ratio": stats.moe_expert_balancedness_ratio,
+            "kv_swap_back_p99_seconds": p99, "kv_swap_back_tier": tier,
+            "pd_transfer_ttft_share_ratio": stats.pd_transfer_ttft_share_ratio,
+            "pd_transfer_failures_per_second": stats.pd_transfer_failures_per_second}
 
 
 def _gpu_facts(views: Views, key: tuple[str, str]) -> GpuFacts:

@@ -45,6 +45,18 @@ SCENARIOS = {
     # The engine fails requests on a GPU that logged XID 48 (a double-bit ECC error): the GPU.
     "gpu_fault": views([target(error_ratio=0.2)],
                        [replace(gpu(util=0.99), errors=GpuErrors({"48": 1.0}, {"48": 1.0}))]),
+    # The host tier's swap back takes 80 ms at P99 while 8 requests wait on busy GPUs: the swap back.
+    "kv_swap_back": views([target(waiting=8, running=64, quantiles={"kv_load/host": {0.5: 0.01, 0.99: 0.08}})],
+                          [gpu(util=0.98, reasons=("sw_power_cap",))]),
+    # The P/D transfer takes 45 % of the mean TTFT: the transfer, not the queue behind it.
+    "pd_transfer": views([target(waiting=8, running=64, pd_transfer_ttft_share_ratio=0.45)],
+                         [gpu(util=0.98, reasons=("sw_power_cap",))]),
+    # The host tier loads back 95 % of what the GPU evicts to it, 12 loads/s, on a full KV cache: thrashing.
+    "kv_tier_thrashing": views([target(kv=0.97, waiting=2, kv_tiers={"host": {"reload_ratio": 0.95,
+                                                                              "loads_per_second": 12.0}})],
+                               [gpu(util=0.95, reasons=("sw_power_cap",))]),
+    "moe_imbalance": views([target(waiting=2, moe_expert_balancedness_ratio=0.45)],
+                           [gpu(util=0.95, reasons=("sw_power_cap",))]),
     "unknown": views([target()], [gpu()]),
 }
 
@@ -65,6 +77,24 @@ def test_gpu_faults_name_the_gpu_and_only_faults_count() -> None:
     assert probable_cause(build_context(gpu_alert, failed), DEFAULTS) == (
         "gpu_fault: GPU node-1/0 reports 2 uncorrectable ECC errors, a failed row remap: a hardware fault, "
         "not load (docs/runbooks/infra.md).")
+
+
+def test_kv_tier_and_pd_causes_name_the_tier_and_hold_to_their_thresholds() -> None:
+    assert probable_cause(build_context(TTFT, SCENARIOS["kv_swap_back"]), DEFAULTS) == (
+        "kv_swap_back: loading offloaded KV back from the host tier takes 80 ms at P99: requests whose prefix was "
+        "offloaded wait for it before their first token (docs/runbooks/kv-tiers.md).")
+    within = views([target(waiting=8, running=64, quantiles={"kv_load/host": {0.99: 0.0375}},
+                           pd_transfer_ttft_share_ratio=0.1)], [gpu(util=0.98)])
+    assert cause_id(probable_cause(build_context(TTFT, within), DEFAULTS)) == "queue_saturation"
+    assert cause_id(probable_cause(build_context(TTFT, within), CauseSettings(kv_swap_back_seconds=0.03))) == (
+        "kv_swap_back")
+    # A tier that serves its blocks many times (3 loads back per eviction) is a cache, not thrashing.
+    reuse = views([target(kv=0.97, waiting=2, kv_tiers={"host": {"reload_ratio": 3.0, "loads_per_second": 12.0}})],
+                  [gpu(util=0.95, reasons=("sw_power_cap",))])
+    assert cause_id(probable_cause(build_context(TTFT, reuse), DEFAULTS)) == "gpu_throttling"
+    failing = views([target(pd_transfer_failures_per_second=0.05, pd_transfer_ttft_share_ratio=0.1)], [gpu()])
+    assert probable_cause(build_context(TTFT, failing), DEFAULTS).startswith(
+        "pd_transfer: 0.05 prefill-to-decode KV transfers/s fail")
 
 
 def test_a_prefix_cache_that_found_little_before_is_no_cause() -> None:

@@ -43,4 +43,4 @@ def test_target_memory_runs_and_reports_one_targets_stores(monkeypatch: pytest.M
     assert 0 < row["replica_mib"] < row["target_mib"]
     monkeypatch.setattr(sys, "argv", ["target_memory", "--models", "1", "--hours", "0.05"])
     target_memory.main()
-    assert re.search(r"^\s+1\s+12\s+198\s+33\s", capsys.readouterr().out, re.M)
+    assert re.search(r"^\s+1\s+12\s+200\s+33\s", capsys.readouterr().out, re.M)

@@ -27,8 +27,12 @@ def scenario_page() -> str:
     pages = {"dp": ((real / "vllm-0.33.0_t60.prom").read_text(), "vllm:",
                     ("_created", "num_requests", "perc", "info", "sleep_state", "spec_decode_num_accepted_tokens_per")),
              "sg": ((real / "sglang-0.5.23_t60.prom").read_text(), "sglang:",
-                    ("num_running", "num_queue", "token_usage", "spec_accept", "_created"))}
-    scrapes = {"a": 0, "b": 0, "llama": 0, "dp": 0, "sg": 0}
+                    ("num_running", "num_queue", "token_usage", "spec_accept", "_created")),
+             # KV-cache tiers, P/D and MoE balance (tests/fixtures/tiers/README.md)
+             "st": ((FIXTURES / "tiers" / "sglang_hicache_pd_eplb.prom").read_text(), "sglang:",
+                    ("num_running", "num_queue", "token_usage", "hicache_host")),
+             "vt": ((FIXTURES / "tiers" / "vllm_offload_nixl.prom").read_text(), "vllm:", ("perc",))}
+    scrapes = {"a": 0, "b": 0, "llama": 0, "dp": 0, "sg": 0, "st": 0, "vt": 0}
 
     def handler(request: httpx.Request) -> httpx.Response:
         target = request.url.host
@@ -49,7 +53,8 @@ def scenario_page() -> str:
         "windows": ["30s", "1m"], "baseline_window": "30s",
         "targets": [{"name": "vllm-a", "url": "http://a/metrics"}, {"name": "vllm-b", "url": "http://b/metrics"},
                     {"name": "llama-edge", "url": "http://llama/metrics", "model": "tiny-llama"},
-                    {"name": "vllm-dp", "url": "http://dp/metrics"}, {"name": "sglang-dp", "url": "http://sg/metrics"}],
+                    {"name": "vllm-dp", "url": "http://dp/metrics"}, {"name": "sglang-dp", "url": "http://sg/metrics"},
+                    {"name": "sglang-tiers", "url": "http://st/metrics"}, {"name": "vllm-tiers", "url": "http://vt/metrics"}],
     }})
 
     async def run() -> str:
