@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -79,6 +80,11 @@ def serve(
     except CannotListen as exc:
         typer.secho(str(exc), err=True, fg=typer.colors.RED)
         raise typer.Exit(1) from None
+    with listener:  # closed however this ends (a monitor that cannot start, or the server's end)
+        _serve_on(listener, settings, config)
+
+
+def _serve_on(listener: socket.socket, settings: Settings, config: Path | None) -> None:
     from monitor.app import create_app
     from monitor.runtime import Monitor
     try:

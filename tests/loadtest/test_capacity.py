@@ -17,6 +17,10 @@ from monitor.loadtest.load import parse_levels
 from monitor.sim import LatencyProfile
 from tests.loadtest.conftest import MODEL
 
+# The simulator search times TTFT against a 200 ms SLO: beside the suite's load (or two hogs) the client's
+# own lateness made c=1 miss it and the search found no capacity (one suite run in several).
+pytestmark = pytest.mark.alone
+
 GOODPUT = {"ttft_s": 0.2, "tpot_s": 0.05}
 H100 = {"model": "NVIDIA H100 80GB HBM3", "count": 1}
 
