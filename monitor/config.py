@@ -337,6 +337,42 @@ DEFAULT_HISTORY_SERIES = (
 )
 
 
+# Receiver types that take a free-text (markdown) message, and so the weekly digest: a generic
+# webhook gets the digest's JSON (`infermon digest --json`), the IM bots its text form.
+DIGEST_RECEIVER_TYPES = frozenset({"webhook", "slack", "feishu", "dingtalk", "wecom"})
+
+
+class DigestSettings(_Section):
+    """The weekly digest (`infermon digest --week`) posted to receivers through the alerts' outbox."""
+
+    enabled: bool = Field(False, description="Post the weekly digest on schedule under `infermon serve`")
+    weekday: Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"] = Field(
+        "mon", description="Day of the week it is posted")
+    hour: int = Field(9, ge=0, le=23, description="Hour of that day it is posted (in `timezone`)")
+    timezone: str = Field("UTC", description="Time zone of the schedule (IANA name, e.g. Asia/Shanghai)")
+    receivers: list[str] = Field(
+        default_factory=list, description="Names of alerting.receivers that get it (webhook: JSON; IM bots: text)")
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError("unknown time zone (use an IANA name, e.g. Asia/Shanghai)") from None
+        return value
+
+    @field_validator("receivers")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        duplicates = sorted({n for n in value if value.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate receiver names: {duplicates}")
+        return value
+
+
 class HistorySettings(_Section):
     enabled: bool = Field(True, description="Keep the long-horizon history the trend rules (alerts/trend.yml) read")
     retention: Duration = Field(
@@ -345,6 +381,7 @@ class HistorySettings(_Section):
     series: list[str] = Field(
         default_factory=lambda: list(DEFAULT_HISTORY_SERIES),
         description="Selectors of the monitor's own series the history keeps besides those the trend rules read")
+    digest: DigestSettings = Field(default_factory=DigestSettings, description="The weekly digest webhook")
 
 
 class ServerSettings(_Section):
@@ -755,6 +792,11 @@ class Settings(BaseSettings):
     def _canary_references(self) -> Settings:
         check_canary_references(self.canary, self.service)
         return self
+
+    @model_validator(mode="after")
+    def _digest_receivers(self) -> Settings:
+        check_digest_receivers(self.history.digest, self.alerting)
+        return self
     cost: CostSettings = Field(default_factory=CostSettings)
     quality: QualitySettings = Field(default_factory=QualitySettings)
     history: HistorySettings = Field(default_factory=HistorySettings)
@@ -931,6 +973,22 @@ class CanarySettings(_Section):
         if duplicates:
             raise ValueError(f"duplicate probe names: {duplicates}")
         return value
+
+
+def check_digest_receivers(digest: DigestSettings, alerting: AlertingSettings) -> None:
+    """The digest's receivers are configured receivers that take a free-text message; an enabled
+    digest has at least one."""
+    kinds = {r.name: r.type for r in alerting.receivers}
+    if digest.enabled and not digest.receivers:
+        raise ValueError("history.digest.receivers: the digest is enabled but names no receiver "
+                         f"(known: {sorted(kinds)})")
+    for i, name in enumerate(digest.receivers):
+        if name not in kinds:
+            raise ValueError(f"history.digest.receivers.{i}: no receiver named {name!r} in alerting.receivers "
+                             f"(known: {sorted(kinds)})")
+        if kinds[name] not in DIGEST_RECEIVER_TYPES:
+            raise ValueError(f"history.digest.receivers.{i}: receiver {name!r} of type {kinds[name]!r} cannot take "
+                             f"a free-text message (types that can: {sorted(DIGEST_RECEIVER_TYPES)})")
 
 
 def check_canary_references(canary: CanarySettings, service: ServiceSettings) -> None:

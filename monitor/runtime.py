@@ -23,6 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from monitor import __version__
 from monitor.alerting.context import Views
 from monitor.alerting.delivery import Delivery, render_delivery
+from monitor.alerting.digest import queue_digest
 from monitor.alerting.embedded import (
     EmbeddedEvaluator,
     StateChanges,
@@ -56,6 +57,7 @@ from monitor.service.workers import ParseWorkers
 from monitor.settings_check import check_settings, load_checked_settings
 from monitor.store.session import Store
 from monitor.store.worker import StoreUnavailable, StoreWorker, render_store
+from monitor.web.digest import digest_text
 from monitor.web.history import History
 from monitor.web.overview import headline, overview, overview_in_turns
 
@@ -183,6 +185,11 @@ class Monitor:
                     (Job("store", storage.check_interval.seconds, self.store_io.probe),)),
             OwnPart("loop_lag", lambda: render_loop_lag(self.loop_lag)),
         ]
+        digest = self.settings.history.digest
+        if digest.enabled:  # weekly, in its time zone; not part of a collection cycle
+            parts.append(OwnPart("digest", jobs=(Job("history_digest", 7 * DAY, self.post_digest,
+                                                     cron=f"0 {digest.hour} * * {digest.weekday}",
+                                                     timezone=digest.timezone),)))
         if self.alerting is not None:  # the firing counts join /metrics
             interval = self.settings.alerting.evaluation_interval.seconds
             parts.append(OwnPart("alerts", lambda: [self.alerting.render()] if self.alerting else [],
@@ -399,6 +406,14 @@ class Monitor:
 
     async def flush_baselines(self) -> None:
         await self.store_io.call(self.service.flush_baselines)  # inline on an in-memory store's one connection
+
+    async def post_digest(self) -> list[str]:
+        """The weekly digest into the outbox for `history.digest.receivers` (the sender job posts it)."""
+        digest = self.settings.history.digest
+        queued = await self.store_io.call(queue_digest, self.delivery.outbox, digest.receivers, self.wall(),
+                                          digest.timezone, digest_text)
+        log.info("weekly digest queued for %s", ", ".join(queued) or "no receiver (each had it)")
+        return queued
 
     async def prune(self) -> None:
         await self.store_io.call(self.store.prune, self.wall() - self.settings.storage.retention.seconds)

@@ -4,14 +4,19 @@ trend alerts that fired in the week, read from the alert transitions (embedded o
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from monitor.alerting.outbox import Outbox
+from monitor.alerting.receivers.base import DigestMessage
 from monitor.alerting.store import AlertTransition
-from monitor.history.digest import WEEK, Digest, FiredTrend, ModelWeek, read_weeks
+from monitor.history.digest import WEEK, Digest, FiredTrend, ModelWeek, as_json, read_weeks
 from monitor.history.store import HistoryTables
 
 
@@ -44,3 +49,24 @@ def weekly_digest(engine: Engine, now: float) -> Digest:
         week = models.get(alert.model) or ModelWeek(alert.model, {})
         models[alert.model] = replace(week, fired=[*week.fired, alert])
     return Digest(now, [models[name] for name in sorted(models)])
+
+
+def digest_key(now: float, timezone: str) -> str:
+    """The digest's idempotency key: the ISO date it is posted on, in the schedule's time zone
+    (a run repeated that day, by a restart or a second replica, finds it queued)."""
+    return "digest:" + datetime.fromtimestamp(now, ZoneInfo(timezone)).date().isoformat()
+
+
+def digest_message(digest: Digest, text: str, timezone: str) -> DigestMessage:
+    day = digest_key(digest.now, timezone).removeprefix("digest:")
+    return DigestMessage(digest_key(digest.now, timezone), f"Weekly digest {day}: what is slowly getting worse",
+                         text, as_json(digest))
+
+
+def queue_digest(outbox: Outbox, receivers: Sequence[str], now: float, timezone: str,
+                 write_text: Callable[[Digest], str]) -> list[str]:
+    """Build the week's digest and queue it once for each receiver (the outbox sends it, retrying a
+    receiver that is down); returns the receivers it was queued for now (not those that had it)."""
+    found = weekly_digest(outbox.engine, now)
+    message = digest_message(found, write_text(found), timezone)
+    return [name for name in receivers if outbox.queue_message(name, message)]

@@ -30,7 +30,7 @@ from monitor.alerting.grouping import (
     transition_key,
 )
 from monitor.alerting.model import Alert
-from monitor.alerting.receivers.base import Notification
+from monitor.alerting.receivers.base import DigestMessage, Notification
 from monitor.alerting.runbooks import link_alert
 from monitor.alerting.store import AlertTransition, OutboxGroup, OutboxMember, OutboxNotification
 from monitor.config import ReceiverSettings
@@ -222,6 +222,27 @@ class Outbox:
             )
         )
 
+    # -- messages that are no alerts (the weekly digest) -----------------------------------
+
+    def queue_message(self, receiver: str, message: DigestMessage) -> bool:
+        """Queue `message` for `receiver` unless one with its key was ever queued for it (sent,
+        pending or given up): False then. Sent in order with the receiver's alerts, retried as they are."""
+        settings = self.receivers.get(receiver)
+        if settings is None:
+            raise KeyError(f"no receiver named {receiver!r}")
+        now = self.wall()
+        with Session(self.engine) as session, session.begin():
+            seen = session.scalar(select(OutboxNotification.id).where(
+                OutboxNotification.receiver == receiver, OutboxNotification.group_key == message.key).limit(1))
+            if seen is not None:
+                return False
+            session.add(OutboxNotification(
+                receiver=receiver, group_key=message.key, group_labels=_dump({}), transition_ids=_dump([]),
+                truncated_alerts=0, state="pending", attempts=0, created_at=now, next_attempt_at=now,
+                deadline=now + settings.retry_deadline.seconds,
+                payload=_dump({"title": message.title, "text": message.text, "document": message.document})))
+        return True
+
     # -- sending ----------------------------------------------------------------------------
 
     def next_due(self, receiver: str) -> Due | None:
@@ -235,6 +256,10 @@ class Outbox:
             )
             if row is None:
                 return None
+            if row.payload is not None:
+                message = DigestMessage(row.group_key, **json.loads(row.payload))
+                notification = Notification(receiver, row.group_key, {}, [], self.external_url, 0, message)
+                return Due(row.id, row.attempts, row.next_attempt_at, row.deadline, notification)
             ids = json.loads(row.transition_ids)
             by_id = {t.id: t for t in session.scalars(select(AlertTransition).where(AlertTransition.id.in_(ids)))}
             alerts = [link_alert(_alert(by_id[i]), self.runbook_base_url) for i in ids if i in by_id]

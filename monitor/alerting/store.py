@@ -159,6 +159,9 @@ class OutboxNotification(Base):
     group_key: Mapped[str] = mapped_column(String(64))
     group_labels: Mapped[str] = mapped_column(Text)
     transition_ids: Mapped[str] = mapped_column(Text)  # JSON list: the alerts this message carries
+    # A message that carries no alerts (the weekly digest): its JSON, {"title", "text", "document"};
+    # its group_key is its idempotency key ("digest:<ISO date>"), one per receiver.
+    payload: Mapped[str | None] = mapped_column(Text, nullable=True)
     truncated_alerts: Mapped[int] = mapped_column(Integer, default=0)
     state: Mapped[str] = mapped_column(String(16))  # pending | sent | failed | expired
     attempts: Mapped[int] = mapped_column(Integer, default=0)

@@ -183,7 +183,8 @@ def _check_slack(query: dict[str, str], headers: dict[str, str], body: dict[str,
 def _check_webhook(query: dict[str, str], headers: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
     if headers.get("authorization") != f"Bearer {BEARER}":
         return 401, "unauthorized"
-    if body.get("version") != "4" or not isinstance(body.get("alerts"), list):
+    digest = isinstance(body.get("models"), list) and "now" in body  # the weekly digest (`digest --json`)
+    if not digest and (body.get("version") != "4" or not isinstance(body.get("alerts"), list)):
         return 400, "not an Alertmanager v4 payload"
     return 200, "ok"
 

@@ -44,6 +44,18 @@ class Secret:
 
 
 @dataclass(frozen=True)
+class DigestMessage:
+    """A message that is no alert: the weekly digest. `document` is what a generic webhook gets
+    (`infermon digest --json`), `text` what an IM bot shows under `title`; `key` is its
+    idempotency key (one message per receiver and key, whatever happens)."""
+
+    key: str
+    title: str
+    text: str
+    document: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class Notification:
     """One message for one receiver: the alerts of one group at one flush."""
 
@@ -53,6 +65,7 @@ class Notification:
     alerts: Sequence[Alert]
     external_url: str = ""
     truncated_alerts: int = 0
+    digest: DigestMessage | None = None  # a digest instead of alerts (`alerts` is empty)
 
     @property
     def status(self) -> str:
@@ -143,7 +156,13 @@ class HttpReceiver(ABC):
     def body(self, notification: Notification) -> dict[str, Any]:
         """The platform's JSON message for one notification."""
 
+    @abstractmethod
+    def digest_body(self, digest: DigestMessage) -> dict[str, Any]:
+        """The platform's JSON message for the weekly digest (a free-text one for an IM bot)."""
+
     def _encoded(self, notification: Notification) -> bytes:
+        if notification.digest is not None:
+            return encode_json(self.digest_body(notification.digest)).encode()
         return encode_json(self.body(notification)).encode()
 
     def target(self) -> str:
@@ -161,6 +180,8 @@ class HttpReceiver(ABC):
             # A notification of thousands of alerts takes a while to build: not on the event loop.
             content = await asyncio.to_thread(self._encoded, notification)
             headers = {"Content-Type": "application/json", **self.headers()}
+            if notification.digest is not None:  # a receiver that dedups on it never shows it twice
+                headers["Idempotency-Key"] = notification.digest.key
             response = await self.client.post(self.target(), content=content, headers=headers, timeout=self.timeout)
             outcome = self.outcome(response)
         except httpx.HTTPError as exc:  # refused, reset, timed out: the receiver may come back

@@ -21,8 +21,16 @@ from urllib.parse import quote_plus
 
 import httpx
 
-from monitor.alerting.receivers.base import HttpReceiver, Notification, Outcome, RateLimit, from_error_code, from_status
-from monitor.alerting.receivers.text import escape_im, markdown, title
+from monitor.alerting.receivers.base import (
+    DigestMessage,
+    HttpReceiver,
+    Notification,
+    Outcome,
+    RateLimit,
+    from_error_code,
+    from_status,
+)
+from monitor.alerting.receivers.text import digest_markdown, escape_im, markdown, title
 
 TEXT_BYTES = 9_000  # DingTalk takes up to 20,000 bytes; line breaks double before sending
 RATE_LIMITED = frozenset({130101, 410100, -1})  # too fast (per minute, per second); -1 system busy
@@ -56,6 +64,11 @@ class DingTalkReceiver(HttpReceiver):
             "markdown": {"title": escape_im(title(notification)), "text": text},
             "at": {"isAtAll": False},
         }
+
+    def digest_body(self, digest: DigestMessage) -> dict[str, Any]:
+        text = digest_markdown(digest, escape_im, TEXT_BYTES).replace("\n", "\n\n")
+        return {"msgtype": "markdown", "markdown": {"title": escape_im(digest.title), "text": text},
+                "at": {"isAtAll": False}}
 
     def outcome(self, response: httpx.Response) -> Outcome:
         if response.status_code != 200:

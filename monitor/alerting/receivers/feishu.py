@@ -21,8 +21,16 @@ from typing import Any
 
 import httpx
 
-from monitor.alerting.receivers.base import HttpReceiver, Notification, Outcome, RateLimit, from_error_code, from_status
-from monitor.alerting.receivers.text import escape_im, markdown, title
+from monitor.alerting.receivers.base import (
+    DigestMessage,
+    HttpReceiver,
+    Notification,
+    Outcome,
+    RateLimit,
+    from_error_code,
+    from_status,
+)
+from monitor.alerting.receivers.text import digest_markdown, escape_im, markdown, title
 
 BODY_BYTES = 18_000  # of the 20 KB a request may carry, leaving room for the card's JSON
 RATE_LIMITED = frozenset({11232})  # "frequency limited"
@@ -42,11 +50,15 @@ class FeishuReceiver(HttpReceiver):
 
     def body(self, notification: Notification) -> dict[str, Any]:
         content = markdown(notification, escape_im, BODY_BYTES)
+        template = "red" if notification.status == "firing" else "green"
+        return self._card(title(notification), template, content)
+
+    def digest_body(self, digest: DigestMessage) -> dict[str, Any]:
+        return self._card(digest.title, "blue", digest_markdown(digest, escape_im, BODY_BYTES))
+
+    def _card(self, heading: str, template: str, content: str) -> dict[str, Any]:
         card = {
-            "header": {
-                "title": {"tag": "plain_text", "content": escape_im(title(notification))},
-                "template": "red" if notification.status == "firing" else "green",
-            },
+            "header": {"title": {"tag": "plain_text", "content": escape_im(heading)}, "template": template},
             "elements": [{"tag": "div", "text": {"tag": "lark_md", "content": content}}],
         }
         out: dict[str, Any] = {"msg_type": "interactive", "card": card}

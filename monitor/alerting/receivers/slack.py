@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from monitor.alerting.receivers.base import HttpReceiver, Notification, RateLimit
+from monitor.alerting.receivers.base import DigestMessage, HttpReceiver, Notification, RateLimit
 from monitor.alerting.receivers.text import alert_section, title
 
 SECTION_CHARS = 3000
@@ -45,3 +45,19 @@ class SlackReceiver(HttpReceiver):
 
     def body(self, notification: Notification) -> dict[str, Any]:
         return {"text": escape_slack(title(notification)), "blocks": blocks(notification)}
+
+    def digest_body(self, digest: DigestMessage) -> dict[str, Any]:
+        return {"text": escape_slack(digest.title), "blocks": digest_blocks(digest)}
+
+
+def digest_blocks(digest: DigestMessage) -> list[dict[str, Any]]:
+    """The digest's text, one preformatted section per model (its columns line up), as many as fit."""
+    out: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": digest.title[:150]}}]
+    models = [block for block in digest.text.strip("\n").split("\n\n") if block.strip()]
+    for block in models[:MAX_SECTIONS]:
+        text = escape_slack(block)[: SECTION_CHARS - 20]
+        out.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{text}```"}})
+    if len(models) > MAX_SECTIONS:
+        note = f"… {len(models) - MAX_SECTIONS} more block(s) not shown: `infermon digest --week` has them"
+        out.append({"type": "context", "elements": [{"type": "mrkdwn", "text": note}]})
+    return out

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from monitor.alerting.model import Alert
-from monitor.alerting.receivers.base import Notification
+from monitor.alerting.receivers.base import DigestMessage, Notification
 
 Escape = Callable[[str], str]
 CONTEXT_ANNOTATIONS = ("context", "probable_cause")
@@ -82,3 +82,17 @@ def _cut(text: str, limit_bytes: int) -> str:
 def markdown(notification: Notification, escape: Escape, limit_bytes: int, bold: str = "**") -> str:
     sections = [alert_section(a, escape, bold) for a in notification.alerts]
     return fit(f"{bold}{escape(title(notification))}{bold}", sections, limit_bytes, notification.truncated_alerts)
+
+
+def digest_markdown(digest: DigestMessage, escape: Escape, limit_bytes: int, bold: str = "**") -> str:
+    """The weekly digest for an IM bot: its title, then its text (model names come from labels:
+    escaped as alert text is), cut at a model's block to fit, with a note saying so."""
+    blocks = [escape(block) for block in digest.text.strip("\n").split("\n\n") if block.strip()]
+    out = f"{bold}{escape(digest.title)}{bold}"
+    note = "\n\n… (cut: message size limit; `infermon digest --week` has it all)"
+    for index, block in enumerate(blocks):
+        candidate = f"{out}\n\n{block}"
+        if _size(candidate) + _size(note) > limit_bytes:
+            return _cut(candidate, limit_bytes - _size(note)) + note if index == 0 else out + note
+        out = candidate
+    return out

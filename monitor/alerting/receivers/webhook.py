@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from monitor.alerting.model import Alert
-from monitor.alerting.receivers.base import HttpReceiver, Notification
+from monitor.alerting.receivers.base import DigestMessage, HttpReceiver, Notification
 
 ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's zero time, which Alertmanager writes as endsAt while firing
 
@@ -60,6 +60,9 @@ def payload(notification: Notification) -> dict[str, Any]:
 class WebhookReceiver(HttpReceiver):
     def body(self, notification: Notification) -> dict[str, Any]:
         return payload(notification)
+
+    def digest_body(self, digest: DigestMessage) -> dict[str, Any]:
+        return dict(digest.document)  # as `infermon digest --json` writes it
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token.reveal()}"} if self.token else {}

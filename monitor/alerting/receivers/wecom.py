@@ -14,8 +14,16 @@ from typing import Any
 
 import httpx
 
-from monitor.alerting.receivers.base import HttpReceiver, Notification, Outcome, RateLimit, from_error_code, from_status
-from monitor.alerting.receivers.text import escape_im, markdown
+from monitor.alerting.receivers.base import (
+    DigestMessage,
+    HttpReceiver,
+    Notification,
+    Outcome,
+    RateLimit,
+    from_error_code,
+    from_status,
+)
+from monitor.alerting.receivers.text import digest_markdown, escape_im, markdown
 
 CONTENT_BYTES = 4096
 RATE_LIMITED = frozenset({45009, -1})
@@ -28,6 +36,9 @@ class WeComReceiver(HttpReceiver):
 
     def body(self, notification: Notification) -> dict[str, Any]:
         return {"msgtype": "markdown", "markdown": {"content": markdown(notification, escape_im, CONTENT_BYTES)}}
+
+    def digest_body(self, digest: DigestMessage) -> dict[str, Any]:
+        return {"msgtype": "markdown", "markdown": {"content": digest_markdown(digest, escape_im, CONTENT_BYTES)}}
 
     def outcome(self, response: httpx.Response) -> Outcome:
         if response.status_code != 200:
