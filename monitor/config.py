@@ -36,6 +36,17 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
+
+def known_zone(value: str) -> str:
+    """`value` when it is an IANA time zone name (the digest's and the quality run's schedules)."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError("unknown time zone (use an IANA name, e.g. Asia/Shanghai)") from None
+    return value
+
 class ConfigError(Exception):
     """A configuration problem, naming the key: `service.scrape_interval: ...`."""
 
@@ -356,13 +367,7 @@ class DigestSettings(_Section):
     @field_validator("timezone")
     @classmethod
     def _zone(cls, value: str) -> str:
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError("unknown time zone (use an IANA name, e.g. Asia/Shanghai)") from None
-        return value
+        return known_zone(value)
 
     @field_validator("receivers")
     @classmethod
@@ -755,13 +760,7 @@ class QualitySettings(_Section):
     @field_validator("timezone")
     @classmethod
     def _zone(cls, value: str) -> str:
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError("unknown time zone (use an IANA name, e.g. Asia/Shanghai)") from None
-        return value
+        return known_zone(value)
 
     @field_validator("schedule")
     @classmethod

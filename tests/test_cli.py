@@ -177,7 +177,8 @@ def test_demo_shows_service_numbers(tmp_path: Path) -> None:
     process = subprocess.Popen(infermon("demo", "--port", str(port), "--duration", "40"), env=env(tmp_path),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
     try:
-        wait_for(f"http://127.0.0.1:{port}/healthz")
+        # The demo writes its three weeks of history before it serves: ~5 s alone, over 20 beside two hogs.
+        wait_for(f"http://127.0.0.1:{port}/healthz", seconds=90)
         wanted = ['inference_ttft_seconds{model="meta-llama/Llama-3.1-8B-Instruct",quantile="0.99",target="vllm-sim"',
                   "inference_requests_per_second{", "inference_kv_cache_usage_ratio{",
                   'inference_canary_up{model="meta-llama/Llama-3.1-8B-Instruct",probe="demo-chat"} 1.0',
