@@ -29,7 +29,7 @@ ENGINES = ("vllm", "llamacpp")
 
 
 class _Refused(Exception):
-    pass
+    """The engine answered a count request with anything but its count: the counting stops."""
 
 
 async def exact_input_lengths(http: httpx.AsyncClient, base: str, model: str, engine: str | None,
