@@ -102,17 +102,23 @@ CYCLE_KEEP_FIRING = "15s"
 # Every other rule keeps its shipped `for` (a GPU busy for one 90-s slot is not saturated) and
 # holds its alert 5 minutes after the condition clears, so a value at the threshold does not flap.
 KEEP_FIRING = "5m"
+# ...except the rule groups on numbers that are one per run (alerts/quality.yml: a judged run a day,
+# no `for`): such a number cannot flap between runs, and a hold only kept the alert of a run that a
+# later, healthy run had replaced on /metrics (a bad history day's, 5 minutes past today's healthy
+# run), as Prometheus holds it on the same file. They keep the shipped file's: none. (The trend
+# rules on the runs average 3 days that slide point by point: those keep their hold.)
+PER_RUN_GROUPS = frozenset({"quality"})
 
 
 def demo_rules(directory: Path, cycle_keep_firing: str = CYCLE_KEEP_FIRING,
                cycle_for: Mapping[str, str] | None = None, shipped_window: frozenset[str] = frozenset()) -> list[Path]:
     """The shipped rule files as the demo loads them: the 1m window instead of 5m; the cycle's
     alerts with `for` at most 30 s, so a 90-s fault shows its alert and the alert resolves before
-    the next one; hysteresis (`keep_firing_for`) on every alert, `cycle_keep_firing` on the
-    cycle's (the scorecard, one fault per run, holds them a whole window). `cycle_for` gives a
-    cycle alert another `for` (the scorecard's, whose fault lasts until its alert fired); the alerts
-    in `shipped_window` keep the shipped 5m window (the scorecard's, whose compressed 1m window holds
-    too few requests for their cause)."""
+    the next one; hysteresis (`keep_firing_for`) on every alert but those of `PER_RUN_GROUPS`,
+    `cycle_keep_firing` on the cycle's (the scorecard, one fault per run, holds them a whole
+    window). `cycle_for` gives a cycle alert another `for` (the scorecard's, whose fault lasts until
+    its alert fired); the alerts in `shipped_window` keep the shipped 5m window (the scorecard's,
+    whose compressed 1m window holds too few requests for their cause)."""
     out = []
     directory.mkdir(parents=True, exist_ok=True)
     for name in SHIPPED_RULE_FILES:
@@ -133,7 +139,8 @@ def demo_rules(directory: Path, cycle_keep_firing: str = CYCLE_KEEP_FIRING,
                 if str(rule.get("for", "0s")) != shipped_for:
                     _reword(rule, f"for {spoken(Duration(shipped_for).seconds)}",
                             f"for {spoken(Duration(str(rule['for'])).seconds)}")
-                rule.setdefault("keep_firing_for", cycle_keep_firing if cycle else KEEP_FIRING)
+                if group.get("name") not in PER_RUN_GROUPS:
+                    rule.setdefault("keep_firing_for", cycle_keep_firing if cycle else KEEP_FIRING)
         path = directory / f"{name}.yml"
         path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
         out.append(path)

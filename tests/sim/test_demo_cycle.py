@@ -13,7 +13,7 @@ from monitor.config import SHIPPED_RULE_FILES, load_settings
 from monitor.infra.replay import ReplayNvml, load_trace
 from monitor.rulefiles.rules import load_rules
 from monitor.sim import EngineConfig, SimulatedEngine
-from monitor.sim.demo_cycle import CYCLE_ALERTS, DEMO_FOR_S, HeldReplayClock, demo_rules
+from monitor.sim.demo_cycle import CYCLE_ALERTS, DEMO_FOR_S, PER_RUN_GROUPS, HeldReplayClock, demo_rules
 from monitor.sim.faults import DEMO_SLOT_S, demo_schedule
 
 TRACE = Path(__file__).parents[2] / "monitor" / "data" / "nvml_h200_trace.json"
@@ -121,6 +121,9 @@ def test_demo_rules_are_the_shipped_rules_on_the_short_window(tmp_path: Path) ->
             assert 0 < by_name[rule.name].keep_firing_for_seconds <= 15
         elif rule.trend:  # a trend rule keeps its own hysteresis (hours: alerts/trend.yml), if it has one
             assert by_name[rule.name].keep_firing_for_seconds == (rule.keep_firing_for_seconds or 300)
+        elif rule.group in PER_RUN_GROUPS:  # one number a run: the shipped rule, no hold
+            assert (by_name[rule.name].for_seconds, by_name[rule.name].keep_firing_for_seconds) == (
+                rule.for_seconds, rule.keep_firing_for_seconds)
         else:  # hysteresis: the shipped `for`, and held a while, so GPU and cost alerts do not flap
             assert by_name[rule.name].for_seconds == rule.for_seconds
             assert by_name[rule.name].keep_firing_for_seconds == 300
@@ -131,7 +134,7 @@ def test_demo_rules_are_the_shipped_rules_on_the_short_window(tmp_path: Path) ->
     assert {n for n, r in held.items() if r.keep_firing_for_seconds == 60} == set(CYCLE_ALERTS)
     assert held["ThroughputDrop"].for_seconds == 120  # its own `for`; the other cycle alerts the demo's
     assert all(held[n].for_seconds == by_name[n].for_seconds for n in CYCLE_ALERTS - {"ThroughputDrop"})
-    assert all(r.keep_firing_for_seconds == (by_name[n].keep_firing_for_seconds if r.trend else 300)
+    assert all(r.keep_firing_for_seconds == by_name[n].keep_firing_for_seconds
                for n, r in held.items() if n not in CYCLE_ALERTS)
     ttft = by_name["TTFTP99High"]
     assert ttft.for_seconds == DEMO_FOR_S and 'window="1m"' in ttft.expr_text
