@@ -11,10 +11,10 @@ client's TTFT P50/P99 against the engine's own (its histogram, over the same win
 difference is what the client and the loopback path add. Where the achieved rate falls behind
 the offered one, or the added TTFT grows, the client (or the machine) is saturated.
 
-`--clients lean,sdk` measures each level with the bench's client (`lean`: the SDK less its
-per-chunk model building, monitor/loadtest/lean.py) and with the plain openai SDK (`sdk`: what
-the bench used before), one after the other in the same session, so the two compare on the same
-machine state.
+`--clients stream,openai,sdk` measures each level with each client, one after the other in the
+same session, so they compare on the same machine state: `stream` (the bench's own client and its
+default, monitor/loadtest/stream.py), `openai` (`--client openai`: the SDK less its per-chunk model
+building, lean.py) and `sdk` (the plain openai SDK, what the bench used before lean.py).
 """
 
 from __future__ import annotations
@@ -57,11 +57,12 @@ def _serve(tokens: int, ready: Any, stop: Any) -> None:
         stop.wait()
 
 
-async def _level(url: str, dataset: Path, rate: float, duration_s: float, tokens: int) -> dict[str, Any]:
+async def _level(url: str, dataset: Path, rate: float, duration_s: float, tokens: int,
+                 client: str) -> dict[str, Any]:
     scenario = Scenario("overhead", (RequestClass("chat", 1.0, 200, tokens),), (1,))
     config = BenchConfig(target=url, model=DEFAULT_MODEL, scenario=scenario, dataset=load_dataset(dataset),
                          levels=[Level("rate", rate)], duration_s=duration_s, repeats=1, warmup=20,
-                         sample_interval_s=1.0)
+                         sample_interval_s=1.0, client="stream" if client == "stream" else "openai")
     cpu_at_start: list[float] = []
 
     def progress(phase: str, label: str, done: float, finished: int) -> None:
@@ -78,7 +79,8 @@ def main() -> None:
     parser.add_argument("--rates", default="20,50,100,200,400")
     parser.add_argument("--duration", type=float, default=4.0)
     parser.add_argument("--tokens", type=int, default=32)
-    parser.add_argument("--clients", default="lean", help="lean, sdk or both (lean,sdk), each level in turn")
+    parser.add_argument("--clients", default="stream", help="stream, openai, sdk or several (stream,openai), "
+                                                            "each level in turn")
     parser.add_argument("--loops", default="asyncio", help="asyncio, uvloop or both (asyncio,uvloop), each in turn")
     args = parser.parse_args()
     context = multiprocessing.get_context("spawn")
@@ -100,7 +102,7 @@ def main() -> None:
             for rate, client, loop in ((float(r), c, lp) for r in args.rates.split(",")
                                        for c in args.clients.split(",") for lp in args.loops.split(",")):
                 with _client(client), asyncio.Runner(loop_factory=_loop(loop)) as runner:
-                    level = runner.run(_level(url, dataset, rate, args.duration, args.tokens))
+                    level = runner.run(_level(url, dataset, rate, args.duration, args.tokens, client))
                 w = level["window"]
                 engine_p50 = (w["engine"].get("ttft_s") or {}).get("p50")
                 ttft = w["ttft_s"]
@@ -126,11 +128,11 @@ def _loop(name: str) -> Any:
 
 
 def _client(name: str) -> Any:
-    if name == "lean":
+    if name in ("stream", "openai"):
         return contextlib.nullcontext()
     if name == "sdk":  # the SDK's own per-chunk models, as before lean.py
         return mock.patch("monitor.loadtest.load.LeanAsyncOpenAI", openai.AsyncOpenAI)
-    raise SystemExit(f"--clients: lean or sdk, not {name!r}")
+    raise SystemExit(f"--clients: stream, openai or sdk, not {name!r}")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -45,7 +45,20 @@ VLLM_BENCH = ("import sys\nfrom vllm.benchmarks.serve import add_cli_args, main\
               "p = FlexibleArgumentParser()\nadd_cli_args(p)\nmain(p.parse_args(sys.argv[1:]))\n")
 
 
-def engine_page(server: VllmServer) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+class Serving(Protocol):
+    """What the runners need of a server: the real vLLM (tests/vllm_real.py) or one standing in for it
+    with its tokenizer (bench/client_cpu.py's simulator)."""
+
+    url: str
+    python: Path
+    model: Path
+
+    def environment(self) -> dict[str, str]: ...
+
+    def metrics(self) -> str: ...
+
+
+def engine_page(server: Serving) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(server.metrics()) for s in family.samples}
 
@@ -69,7 +82,7 @@ def engine_side(before: dict[Any, float], after: dict[Any, float]) -> dict[str, 
     return out
 
 
-def run_vllm_bench(server: VllmServer, out_dir: Path, seed: int, prompts: int = PROMPTS) -> dict[str, Any]:
+def run_vllm_bench(server: Serving, out_dir: Path, seed: int, prompts: int = PROMPTS) -> dict[str, Any]:
     command, env, name = vllm_bench_command(server, out_dir, seed, prompts)
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, check=False)
     if done.returncode != 0:
@@ -77,7 +90,7 @@ def run_vllm_bench(server: VllmServer, out_dir: Path, seed: int, prompts: int = 
     return vllm_bench_row(out_dir / name)
 
 
-def vllm_bench_command(server: VllmServer, out_dir: Path, seed: int,
+def vllm_bench_command(server: Serving, out_dir: Path, seed: int,
                        prompts: int = PROMPTS) -> tuple[list[str], dict[str, str], str]:
     """`vllm bench serve`'s command line, environment and result file name, for the workload."""
     name = f"vllm-{seed}-{prompts}.json"
@@ -102,11 +115,13 @@ def vllm_bench_row(path: Path) -> dict[str, Any]:
             "input_tokens_per_request": raw["total_input_tokens"] / max(raw["completed"], 1)}
 
 
-def run_infermon_bench(server: VllmServer, out_dir: Path, seed: int, duration_s: float = DURATION_S) -> dict[str, Any]:
+def run_infermon_bench(server: Serving, out_dir: Path, seed: int, duration_s: float = DURATION_S,
+                       client: str = "stream") -> dict[str, Any]:
+    """One `infermon bench run` of the workload; `client`: its HTTP client (`--client`)."""
     scenario = out_dir / "scenario.yaml"
     scenario.write_text(f"name: peer\nclasses: [{{name: peer, share: 1.0, input_tokens: {INPUT}, "
                         f"output_tokens: {OUTPUT}}}]\nconcurrency: [{CONCURRENCY}]\n")
-    result = out_dir / f"infermon-{seed}-{duration_s:g}.json"
+    result = out_dir / f"infermon-{client}-{seed}-{duration_s:g}.json"
     # Prompts of exactly INPUT tokens of this tokenizer (one per word of its training vocabulary),
     # each its own: the bench's synthetic text would be ~3x longer on a 512-token vocabulary.
     rng = random.Random(seed)
@@ -116,13 +131,14 @@ def run_infermon_bench(server: VllmServer, out_dir: Path, seed: int, duration_s:
     command = [sys.executable, "-m", "monitor.cli", "bench", "run", "--target", server.url, "--model", MODEL_NAME,
                "--scenario", str(scenario), "--dataset", str(dataset), "--concurrency", str(CONCURRENCY),
                "--duration", f"{duration_s:g}s", "--repeats", "1", "--warmup", "2", "--seed", str(seed),
-               "--ignore-eos", "--gpu", "none", "-o", str(result)]
+               "--ignore-eos", "--gpu", "none", "--client", client, "-o", str(result)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False,
                           env={**os.environ, "INFERMON_STORAGE__URL": "sqlite://"})
     if done.returncode != 0:
         raise RuntimeError(f"infermon bench failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
     window = json.loads(result.read_text())["levels"][0]["repeats"][0]
-    return {"client": "infermon bench", "requests": window["requests"], "failed": window["failed"],
+    return {"client": "infermon bench" if client == "stream" else f"infermon bench ({client})",
+            "requests": window["requests"], "failed": window["failed"],
             "seconds": window["duration_s"], "req_per_s": window["requests_per_s"],
             "output_tok_per_s": window["output_tokens_per_s"],
             "ttft_p50_ms": 1000 * window["ttft_s"]["p50"], "ttft_p99_ms": 1000 * window["ttft_s"]["p99"],

@@ -79,7 +79,7 @@ async def observe_stream(
     """One streamed chat completion (`request`: the SDK's create() arguments), timed on `clock`
     from just before the request is sent; every way it can fail becomes a `Failure`. The canary
     and `infermon bench` both measure through this."""
-    seen = _Recording()
+    seen = Recording()
     started = clock()
     limit = timeout_text or f"{timeout_s:g}s"
     try:
@@ -93,7 +93,7 @@ async def observe_stream(
                 # pool drops the broken one), timed from the first send. A server that breaks every
                 # connection fails this one too.
                 log.debug("the connection closed before an answer (%s): sending once more", type(exc).__name__)
-                seen = _Recording()
+                seen = Recording()
                 await _stream(client, request, seen, started, clock)
     except TimeoutError:
         seen.fail("timeout", f"no complete answer within {limit}")
@@ -103,11 +103,11 @@ async def observe_stream(
     except openai.APITimeoutError:
         seen.fail("timeout", f"the SDK timed out ({limit})")
     except openai.APIConnectionError as exc:
-        seen.fail(*_transport_failure(exc))
+        seen.fail(*transport_failure(exc))
     except Exception as exc:
         # SDKs before 2.x let a transport error in the middle of a stream through unwrapped.
         if _is_transport(exc):
-            seen.fail(*_transport_failure(exc))
+            seen.fail(*transport_failure(exc))
         elif isinstance(exc, openai.OpenAIError | json.JSONDecodeError | ValueError):
             seen.fail("invalid", f"{type(exc).__name__}: {exc}")
         else:
@@ -117,7 +117,7 @@ async def observe_stream(
     return seen.observed()
 
 
-async def _stream(client: openai.AsyncOpenAI, request: dict[str, Any], seen: _Recording, started: float,
+async def _stream(client: openai.AsyncOpenAI, request: dict[str, Any], seen: Recording, started: float,
                   clock: Callable[[], float]) -> None:
     stream = await client.chat.completions.create(**request, stream=True, stream_options={"include_usage": True})
     seen.status = stream.response.status_code
@@ -127,7 +127,7 @@ async def _stream(client: openai.AsyncOpenAI, request: dict[str, Any], seen: _Re
     seen.ended_s = clock() - started
 
 
-class _Recording:
+class Recording:
     """The mutable side of `Observed`, filled while the stream runs."""
 
     def __init__(self) -> None:
@@ -144,18 +144,25 @@ class _Recording:
         self.detail = ""
 
     def chunk(self, chunk: Any, at: float) -> None:
-        if chunk.usage is not None and chunk.usage.completion_tokens is not None:
-            self.usage_tokens = chunk.usage.completion_tokens
-            self.usage_prompt_tokens = chunk.usage.prompt_tokens
+        """One chunk as the SDK makes it (attributes), arrived `at` seconds after the send."""
+        if chunk.usage is not None:
+            self.add_usage(chunk.usage.completion_tokens, chunk.usage.prompt_tokens)
         for choice in chunk.choices:
-            if choice.delta is not None and choice.delta.content:
-                if self.first_content_s is None:
-                    self.first_content_s = at
-                self.last_content_s = at
-                self.content_chunks += 1
-                self.parts.append(choice.delta.content)
-            if choice.finish_reason is not None:
-                self.finish_reason = choice.finish_reason
+            self.add_choice(choice.delta.content if choice.delta is not None else None, choice.finish_reason, at)
+
+    def add_usage(self, completion_tokens: int | None, prompt_tokens: int | None) -> None:
+        if completion_tokens is not None:
+            self.usage_tokens, self.usage_prompt_tokens = completion_tokens, prompt_tokens
+
+    def add_choice(self, content: str | None, finish_reason: str | None, at: float) -> None:
+        if content:
+            if self.first_content_s is None:
+                self.first_content_s = at
+            self.last_content_s = at
+            self.content_chunks += 1
+            self.parts.append(content)
+        if finish_reason is not None:
+            self.finish_reason = finish_reason
 
     def fail(self, failure: Failure, detail: str) -> None:
         self.failure, self.detail = failure, detail
@@ -177,12 +184,16 @@ class _Recording:
 
 
 def _message(exc: openai.APIStatusError) -> str:
-    body = exc.body
+    return error_message(exc.body) or type(exc).__name__
+
+
+def error_message(body: Any) -> str | None:
+    """An error answer's message: `{"error": {"message": ...}}` (OpenAI's shape) or `{"message": ...}`."""
     if isinstance(body, dict):
         error = body.get("error", body)
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             return str(error["message"])
-    return type(exc).__name__
+    return None
 
 
 _TRANSPORTS = frozenset({"httpx", "httpx2", "httpcore", "httpcore2", "h11", "anyio"})
@@ -192,17 +203,17 @@ def _is_transport(exc: BaseException) -> bool:
     return isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in _TRANSPORTS
 
 
-def _gone_before_answer(seen: _Recording, exc: Exception) -> bool:
+def _gone_before_answer(seen: Recording, exc: Exception) -> bool:
     """The connection broke before any answer came: what a request meets on a kept connection
     that the server closes after each answer without saying so (llama.cpp's llama-server does)."""
     if seen.status is not None or isinstance(exc, openai.APITimeoutError):
         return False
     if not isinstance(exc, openai.APIConnectionError) and not _is_transport(exc):
         return False
-    return _transport_failure(exc)[0] == "connection"
+    return transport_failure(exc)[0] == "connection"
 
 
-def _transport_failure(exc: BaseException) -> tuple[Failure, str]:
+def transport_failure(exc: BaseException) -> tuple[Failure, str]:
     """Refused (nobody listening, unreachable, no such host), timed out or broken, from the cause chain."""
     causes: list[BaseException] = []
     cause: BaseException | None = exc

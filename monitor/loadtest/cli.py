@@ -55,6 +55,9 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
         tokenize: Annotated[bool, typer.Option(
             help="Count 100 requests' input tokens with the engine's tokenizer first (vLLM, llama-server)")] = True,
         timeout: Annotated[str, typer.Option(help="One request's whole deadline, connect to last token")] = "10m",
+        client: Annotated[str, typer.Option(
+            help="The load's HTTP client: stream (the bench's own, lightest on CPU) | openai (the SDK, as the canary)",
+        )] = "stream",
         max_response: Annotated[str | None, typer.Option(
             help="Largest answer kept per request, e.g. 16MiB; past it the request fails as too_large "
                  "(default: 4 MiB or 2 KiB per max_tokens, whichever is more)")] = None,
@@ -75,8 +78,11 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
             help="With --capacity: share of requests that must meet TTFT and TPOT for a level to hold")] = "90%",
     ) -> None:
         """Load the endpoint at each level, measure, record the conditions, write one JSON result."""
+        from monitor.loadtest.load import CLIENTS
         from monitor.loadtest.run import BenchConfig
 
+        if client not in CLIENTS:
+            raise typer.BadParameter(f"one of {', '.join(CLIENTS)}, not {client!r}", param_hint="--client")
         settings = settings_loader(config)
         bench = BenchConfig(
             target=target, model=model, scenario=_scenario(scenario), dataset=_dataset(dataset, synthetic, scenario),
@@ -86,7 +92,7 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
             probe_timeout_s=_seconds("--probe-timeout", probe_timeout),
             api_key=os.environ.get(api_key_env) if api_key_env else None,
             extra_body={"ignore_eos": True} if ignore_eos else {}, precision=precision, note=note,
-            gpu_price_usd_per_hour=gpu_price, tokenize=tokenize,
+            gpu_price_usd_per_hour=gpu_price, tokenize=tokenize, client=client,
         )
         failed_share, change = _share("--max-failed", max_failed), _share("--threshold", threshold)
         configs = [bench]
@@ -132,7 +138,7 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
         from monitor.loadtest.compare import parse_threshold, table_rows
         from monitor.loadtest.conditions import differences
         from monitor.loadtest.summary import print_table
-        from monitor.loadtest.verdict import drift
+        from monitor.loadtest.verdict import clients, drift
 
         loaded = [(path.name, _load(path)) for path in results]
         console = Console()
@@ -147,7 +153,8 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
         except ValueError as exc:
             raise _fail(str(exc)) from None
         (name_a, a), (name_b, b) = loaded
-        differ = differences(a["conditions"], b["conditions"]) + drift(a, b, _share("--max-drift", max_drift))
+        differ = (differences(a["conditions"], b["conditions"]) + clients(a, b)
+                  + drift(a, b, _share("--max-drift", max_drift)))
         if differ:
             lines = "".join(f"  - {line}\n" for line in differ)
             advice = "comparing anyway (--force)" if force else "--force compares anyway"

@@ -22,6 +22,8 @@ import openai
 from openai._streaming import ServerSentEvent, SSEDecoder
 from openai.types.chat import ChatCompletionChunk
 
+from monitor.canary.probe import Recording
+
 
 def lean_chunk(data: Any) -> SimpleNamespace | None:
     """A chunk's JSON -> an object with .choices[i].delta.content / .finish_reason and .usage,
@@ -46,6 +48,29 @@ def lean_chunk(data: Any) -> SimpleNamespace | None:
     return SimpleNamespace(choices=made, usage=lean_usage)
 
 
+def record_chunk(seen: Recording, data: Any, at: float) -> bool:
+    """A chunk's JSON recorded on `seen` straight from the dict, by `lean_chunk`'s rules (the bench's
+    own client, stream.py); False when it is not a plain chunk (then the answer is not a chat stream)."""
+    if not isinstance(data, dict):
+        return False
+    choices, usage = data.get("choices", []), data.get("usage")
+    if not isinstance(choices, list):
+        return False
+    if usage is not None:
+        if not isinstance(usage, dict):
+            return False
+        seen.add_usage(usage.get("completion_tokens"), usage.get("prompt_tokens"))
+    for choice in choices:
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if not isinstance(choice, dict) or not (delta is None or isinstance(delta, dict)):
+            return False
+        content = delta.get("content") if delta is not None else None
+        if not (content is None or isinstance(content, str)):
+            return False
+        seen.add_choice(content, choice.get("finish_reason"), at)
+    return True
+
+
 class LeanSSEDecoder(SSEDecoder):
     """The SDK's SSE decoder, a block at a time: the stream's bytes are cut at blank lines with
     bytes.split, and an event that is one `data: ` line (every chunk of an engine's stream) is made
@@ -53,23 +78,55 @@ class LeanSSEDecoder(SSEDecoder):
     `event:`/`id:`/`retry:` fields and multi-line data mean what they mean to the SDK. Line ends
     are CRLF, CR or LF as in the SSE spec: a CR a chunk ends with waits for the next chunk."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._pending = b""
+
     async def aiter_bytes(self, iterator: AsyncIterator[bytes]) -> AsyncIterator[ServerSentEvent]:
-        pending = b""
         try:
             async for chunk in iterator:
-                data = pending + chunk
-                if b"\r" in data:
-                    held = data.endswith(b"\r")  # perhaps the first half of a CRLF
-                    body = (data[:-1] if held else data).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-                    data = body + (b"\r" if held else b"")
-                *blocks, pending = data.split(b"\n\n")
-                for block in blocks:
-                    for sse in self._block(block):
-                        yield sse
-            for line in pending.rstrip(b"\r").split(b"\n"):  # an event never closed: read, not sent (as the SDK)
-                self.decode(line.decode("utf-8"))
+                for sse in self.feed(chunk):
+                    yield sse
+            self.close()
         finally:
+            self._pending = b""
             self._reset()
+
+    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
+        """The events `chunk` completes, with what came before it."""
+        return [sse for block in self._blocks(chunk) for sse in self._block(block)]
+
+    def feed_data(self, chunk: bytes) -> list[bytes | ServerSentEvent]:
+        """`feed` for the bench's own client (stream.py), as the bytes arrive: an event that is one
+        `data: ` line (every chunk of an engine's stream) is its data's bytes, as they came; any
+        other is the SDK's event, as `feed` makes it."""
+        out: list[bytes | ServerSentEvent] = []
+        for block in self._blocks(chunk):
+            if block.startswith(b"data: ") and b"\n" not in block and not self._data and self._event is None:
+                out.append(block[6:])
+            else:
+                out.extend(self._block(block))
+        return out
+
+    def _blocks(self, chunk: bytes) -> list[bytes]:
+        data = self._pending + chunk
+        if b"\r" in data:
+            held = data.endswith(b"\r")  # perhaps the first half of a CRLF
+            body = (data[:-1] if held else data).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            data = body + (b"\r" if held else b"")
+        *blocks, self._pending = data.split(b"\n\n")
+        return blocks
+
+    @property
+    def pending_bytes(self) -> int:
+        """The bytes of the event not yet ended by a blank line."""
+        return len(self._pending)
+
+    def close(self) -> None:
+        """The stream ended: an event never closed by a blank line is read, not sent (as the SDK)."""
+        for line in self._pending.rstrip(b"\r").split(b"\n"):
+            self.decode(line.decode("utf-8"))
+        self._pending = b""
 
     def _block(self, block: bytes) -> list[ServerSentEvent]:
         """The events of a block's lines and the blank line that ends it (an empty block is a blank

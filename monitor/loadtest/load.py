@@ -1,7 +1,10 @@
 """The load: streamed chat completions at a fixed concurrency (closed loop) or a Poisson rate.
 
-Every request goes through the canary's `observe_stream` (the openai SDK, streaming, usage
-asked for, timed on the client's clock), so the bench and the canary measure the same way.
+Every request goes through a `Sender`: the bench's own streaming client (`stream.py`, the
+default: h11 on an asyncio protocol, each chunk read as it arrives, at the CPU cost of `vllm bench
+serve`'s) or the canary's `observe_stream` (the openai SDK: `--client openai`). Both record on the
+canary's `Recording` (streaming, usage asked for, timed on the client's clock), so the bench and
+the canary measure the same way.
 Requests are taken in order from the drawn list, cycling: the warm-up takes the first ones,
 each measured window the next, so two runs with the same seed send the same prompts.
 
@@ -20,17 +23,18 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal, Protocol, cast
 
 import httpx
 import openai
 
-from monitor.canary.outcome import judge
+from monitor.canary.outcome import Observed, judge
 from monitor.canary.probe import observe_stream
 from monitor.loadtest.bounded import BoundedTransport, Caps, counting, response_limit
 from monitor.loadtest.data import Request
 from monitor.loadtest.lean import LeanAsyncOpenAI
 from monitor.loadtest.stats import Sample
+from monitor.loadtest.stream import StreamClient, proxied
 
 BENCH_HEADER = "X-Infermon-Bench"  # marks the load so operators can leave it out of usage reports
 TOO_LARGE = "too_large"  # the bench's own outcome, beside the canary's: an answer ended at its cap
@@ -100,14 +104,13 @@ def _sweep(text: str, whole: bool) -> list[float]:
 
 class LoadRunner:
     def __init__(
-        self, client: openai.AsyncOpenAI, model: str, requests: Sequence[Request], *, timeout_s: float = 600.0,
-        extra_body: dict[str, Any] | None = None, seed: int = 0, progress: Progress | None = None,
-        clock: Callable[[], float] = time.perf_counter, max_response_bytes: int | None = None,
+        self, sender: Sender, model: str, requests: Sequence[Request], *, seed: int = 0,
+        progress: Progress | None = None, clock: Callable[[], float] = time.perf_counter,
+        max_response_bytes: int | None = None,
     ) -> None:  # fmt: skip
         if not requests:
             raise ValueError("no requests to send")
-        self.client, self.model, self.requests = client, model, requests
-        self.timeout_s, self.extra_body, self.clock = timeout_s, extra_body or {}, clock
+        self.sender, self.model, self.requests, self.clock = sender, model, requests, clock
         self.max_response_bytes = max_response_bytes  # None: by each request's max_tokens
         self.progress = progress or (lambda phase, label, done, finished: None)
         self._rng = random.Random(seed)
@@ -185,16 +188,13 @@ class LoadRunner:
     async def _one(self, window_start: float) -> Sample:
         request = self._take()
         body = {"model": self.model, "messages": list(request.messages), "max_tokens": request.max_tokens}
-        if self.extra_body:
-            body["extra_body"] = self.extra_body
         sent = self.clock() - window_start
-        with counting(response_limit(request.max_tokens, self.max_response_bytes)) as kept:
-            seen = await observe_stream(self.client, body, self.timeout_s, self.clock, _drop_text)
+        seen, too_large = await self.sender.observe(body, response_limit(request.max_tokens, self.max_response_bytes))
         result = judge(seen)
         outcome: str = result.outcome
         detail = "" if result.ok else result.detail
-        if kept.too_large is not None:  # the SDK saw only an error it could not read: say which
-            outcome, detail = TOO_LARGE, kept.too_large
+        if too_large is not None:  # the client saw only an error it could not read: say which
+            outcome, detail = TOO_LARGE, too_large
         return Sample(sent_s=sent, ok=outcome == "ok", outcome=outcome, ttft_s=result.ttft_seconds,
                       tpot_s=result.tpot_seconds, e2e_s=result.e2e_seconds, output_tokens=result.output_tokens,
                       prompt_tokens=seen.usage_prompt_tokens if result.ok else None, detail=detail,
@@ -219,3 +219,70 @@ def make_client(base_url: str, api_key: str | None, timeout_s: float, caps: Caps
     # cast: 3.x types the argument as an httpx2 client, and takes an httpx one as well
     return LeanAsyncOpenAI(api_key=api_key or "EMPTY", base_url=base_url, max_retries=0, timeout=timeout_s,
                            default_headers={BENCH_HEADER: "1"}, http_client=cast(Any, http))
+
+
+class Sender(Protocol):
+    """Sends one streamed chat completion and times it: -> what it saw, and the reason its answer
+    was ended at a cap (or None)."""
+
+    name: str
+
+    async def observe(self, body: dict[str, Any], limit: int | None) -> tuple[Observed, str | None]: ...
+
+    async def close(self) -> None: ...
+
+
+class SdkSender:
+    """The openai SDK (less its per-chunk models, lean.py) through the canary's `observe_stream`."""
+
+    name = "openai"
+
+    def __init__(self, client: openai.AsyncOpenAI, timeout_s: float, extra_body: dict[str, Any] | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.client, self.timeout_s, self.extra_body, self.clock = client, timeout_s, extra_body or {}, clock
+
+    async def observe(self, body: dict[str, Any], limit: int | None) -> tuple[Observed, str | None]:
+        if self.extra_body:
+            body = {**body, "extra_body": self.extra_body}
+        with counting(limit) as kept:
+            seen = await observe_stream(self.client, body, self.timeout_s, self.clock, _drop_text)
+        return seen, kept.too_large
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+class StreamSender:
+    """The bench's own client (stream.py)."""
+
+    name = "stream"
+
+    def __init__(self, client: StreamClient, extra_body: dict[str, Any] | None = None) -> None:
+        self.client, self.extra_body = client, extra_body or {}
+
+    async def observe(self, body: dict[str, Any], limit: int | None) -> tuple[Observed, str | None]:
+        return await self.client.observe({**body, **self.extra_body} if self.extra_body else body, limit)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+CLIENTS = ("stream", "openai")
+
+
+def make_sender(kind: str, base_url: str, api_key: str | None, timeout_s: float, caps: Caps | None = None,
+                extra_body: dict[str, Any] | None = None,
+                clock: Callable[[], float] = time.perf_counter) -> tuple[Sender, str | None]:
+    """`kind` "stream" (the bench's own client) or "openai" (the SDK); -> the sender and, when the
+    SDK was taken in place of the stream client, why (a proxy the environment sets for the target:
+    the SDK's httpx speaks it, stream.py does not)."""
+    if kind not in CLIENTS:
+        raise ValueError(f"the client is one of {', '.join(CLIENTS)}, not {kind!r}")
+    if kind == "stream":
+        proxy = proxied(base_url)
+        if proxy is None:
+            return StreamSender(StreamClient(base_url, api_key, timeout_s, caps, {BENCH_HEADER: "1"}, clock),
+                                extra_body), None
+        why = f"{proxy} is set for the target: the openai SDK's client speaks the proxy"
+        return SdkSender(make_client(base_url, api_key, timeout_s, caps), timeout_s, extra_body, clock), why
+    return SdkSender(make_client(base_url, api_key, timeout_s, caps), timeout_s, extra_body, clock), None

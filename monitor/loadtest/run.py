@@ -26,7 +26,7 @@ from monitor.loadtest.capacity import CapacitySearch, answer
 from monitor.loadtest.client import ClientMeter
 from monitor.loadtest.conditions import PROBE_MAX_BYTES, PROBE_TIMEOUT_S, server_conditions, tool_conditions
 from monitor.loadtest.data import Dataset, Request, draw_requests, length_stats
-from monitor.loadtest.load import Level, LoadRunner, Progress, make_client
+from monitor.loadtest.load import Level, LoadRunner, Progress, make_sender
 from monitor.loadtest.sampling import EnginePage, GpuSampler, GpuSource, open_source
 from monitor.loadtest.scenario import Scenario
 from monitor.loadtest.stats import Goodput, Sample, ServedLengths, over_repeats, window_figures
@@ -66,6 +66,7 @@ class BenchConfig:
     gpu_price_usd_per_hour: float | None = None  # per GPU; else the price book's
     stop_when_all_fail: bool = True  # a warm-up or window in which every request failed ends the run
     tokenize: bool = True  # count the input lengths with the engine's tokenizer where it has an endpoint
+    client: str = "stream"  # the load's HTTP client: "stream" (the bench's own, stream.py) or "openai" (the SDK)
 
     @property
     def base(self) -> str:
@@ -135,7 +136,8 @@ class _Session:
         self.requests = draw_requests(config.dataset, config.scenario, config.warmup + self.per_level, config.seed)
         caps = Caps(config.max_response_bytes or RESPONSE_FLOOR_BYTES, config.max_event_bytes,
                     config.max_error_bytes)
-        self.client = make_client(f"{config.base}/v1", config.api_key, config.timeout_s, caps)
+        self.sender, self.client_note = make_sender(config.client, f"{config.base}/v1", config.api_key,
+                                                    config.timeout_s, caps, config.extra_body)
         self.windows: list[list[dict[str, Any]]] = [[] for _ in config.levels]
         self.ttfts: list[list[float]] = [[] for _ in config.levels]
         self.warm: list[Sample] = []
@@ -159,8 +161,7 @@ class _Session:
                 http, config.base, config.model, spec.engine if spec else None,
                 self.requests[config.warmup:config.warmup + TOKENIZE_SAMPLE], timeout_s=config.probe_timeout_s,
                 max_bytes=config.probe_max_bytes, api_key=config.api_key)
-        self.runner = LoadRunner(self.client, config.model, self.requests, timeout_s=config.timeout_s,
-                                 extra_body=config.extra_body, seed=config.seed, progress=self.progress,
+        self.runner = LoadRunner(self.sender, config.model, self.requests, seed=config.seed, progress=self.progress,
                                  max_response_bytes=config.max_response_bytes)
 
     async def warmup(self) -> None:
@@ -190,7 +191,7 @@ class _Session:
         return self.windows[self.config.levels.index(level)][-1]
 
     async def close(self) -> None:
-        await self.client.close()
+        await self.sender.close()
 
     def result(self, gpu_conditions: dict[str, Any]) -> dict[str, Any]:
         config, quote = self.config, getattr(self, "quote", None)
@@ -206,7 +207,7 @@ class _Session:
             "server": self.server,
             "user": {"precision": config.precision, "note": config.note},
             "price": quote.as_dict() if quote is not None else None,
-            "tool": tool_conditions(),
+            "tool": {**tool_conditions(), "client": self.sender.name, "client_note": self.client_note},
         }
         return {
             "schema": "infermon-bench",

@@ -53,3 +53,19 @@ def drift(a: dict[str, Any], b: dict[str, Any], max_change: float = DEFAULT_MAX_
     return [f"the client machine's other load moved from {load_a:.0%} to {load_b:.0%} of its CPUs between the "
             f"sessions (limit {max_change:.0%}): latencies move with it; run them interleaved "
             "(bench run --target A --target-b B) or on a quiet machine"]
+
+
+def client_of(result: dict[str, Any]) -> str:
+    """The HTTP client the load went through (`--client`); results from before the option were the SDK's."""
+    tool = (result.get("conditions") or {}).get("tool") or {}
+    return str(tool.get("client") or "openai")
+
+
+def clients(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Two results measured through different clients: each adds its own time to every TTFT and takes
+    its own CPU from a shared machine, so a difference between them is partly the client's."""
+    client_a, client_b = client_of(a), client_of(b)
+    if client_a == client_b:
+        return []
+    return [f"the bench's HTTP client: {client_a} vs {client_b} (each adds its own time to a TTFT); "
+            f"run both with the same --client"]

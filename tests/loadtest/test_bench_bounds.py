@@ -31,7 +31,7 @@ from monitor.cost.prices import PriceBook
 from monitor.loadtest.bounded import counting, parse_size
 from monitor.loadtest.conditions import MODELS_KEPT, TEXT_CHARS
 from monitor.loadtest.data import load_dataset
-from monitor.loadtest.load import Level, make_client
+from monitor.loadtest.load import CLIENTS, Level, make_client
 from monitor.loadtest.run import BenchConfig, run_bench
 from monitor.loadtest.sampling import DcgmSource, open_source
 from monitor.loadtest.scenario import BUILT_IN
@@ -189,7 +189,8 @@ class Server:
 
 
 def bench_against(routes: dict[str, Handler], prompts: Path, **options: Any) -> tuple[dict[str, Any], Server]:
-    """One short run (c=2, 0.3 s, no warm-up) against a Server with `routes`, within DEADLINE_S."""
+    """One short run (c=2, 0.3 s, no warm-up) against a Server with `routes`, within DEADLINE_S (`client=`:
+    the bench's own client, or the SDK's: each is bounded the same)."""
     options = {"duration_s": 0.3, "repeats": 1, "warmup": 0, "timeout_s": TIMEOUT_S, **options}
 
     async def go() -> tuple[dict[str, Any], Server]:
@@ -211,9 +212,10 @@ def _window(result: dict[str, Any]) -> dict[str, Any]:
 # -- each request: bytes and time -----------------------------------------------------------------
 
 
-def test_endless_large_deltas_end_at_the_response_cap(prompts: Path) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_endless_large_deltas_end_at_the_response_cap(prompts: Path, client: str) -> None:
     # The issue's 1,377 MB in 20 s at c=2: every 64 KB delta kept until the 10-min timeout.
-    result, _ = bench_against({CHAT: deltas_forever}, prompts, max_response_bytes=1 << 20)
+    result, _ = bench_against({CHAT: deltas_forever}, prompts, client=client, max_response_bytes=1 << 20)
     window = _window(result)
     assert set(window["outcomes"]) == {"too_large"} and window["outcomes"]["too_large"] >= 2
     assert window["failure_reasons"] == {"too_large": ["response too large: more than 1 MiB"]}
@@ -241,31 +243,35 @@ def test_a_request_keeps_at_most_its_cap(prompts: Path) -> None:
     assert outcome == "bad_response"  # what the canary's judge calls it; the bench says too_large
 
 
-def test_one_endless_sse_event_ends_at_the_event_cap(prompts: Path) -> None:
-    result, _ = bench_against({CHAT: one_endless_event}, prompts, max_event_bytes=32 * 1024)
+@pytest.mark.parametrize("client", CLIENTS)
+def test_one_endless_sse_event_ends_at_the_event_cap(prompts: Path, client: str) -> None:
+    result, _ = bench_against({CHAT: one_endless_event}, prompts, client=client, max_event_bytes=32 * 1024)
     window = _window(result)
     assert set(window["outcomes"]) == {"too_large"}
     assert window["failure_reasons"] == {"too_large": ["response too large: one SSE event of more than 32 KiB"]}
 
 
-def test_an_endless_error_body_is_read_only_for_its_reason(prompts: Path) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_an_endless_error_body_is_read_only_for_its_reason(prompts: Path, client: str) -> None:
     # The issue's HTTP 500 with a 200 MB body (1,548 MB): the SDK read all of it for the message.
-    result, _ = bench_against({CHAT: error_forever}, prompts, max_error_bytes=16 * 1024)
+    result, _ = bench_against({CHAT: error_forever}, prompts, client=client, max_error_bytes=16 * 1024)
     window = _window(result)
     assert set(window["outcomes"]) == {"http_5xx"} and window["outcomes"]["http_5xx"] >= 2
     assert all(reason.startswith("HTTP 500") for reason in window["failure_reasons"]["http_5xx"])
 
 
-def test_a_declared_length_past_the_cap_fails_before_the_body(prompts: Path) -> None:
-    result, _ = bench_against({CHAT: declares_200_mb}, prompts)
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_declared_length_past_the_cap_fails_before_the_body(prompts: Path, client: str) -> None:
+    result, _ = bench_against({CHAT: declares_200_mb}, prompts, client=client)
     window = _window(result)
     assert set(window["outcomes"]) == {"too_large"}
     assert window["failure_reasons"] == {
         "too_large": ["response too large: 200000000 bytes declared, more than 4 MiB"]}
 
 
-def test_a_gzip_bomb_is_refused_unread(prompts: Path) -> None:
-    result, server = bench_against({CHAT: gzip_bomb}, prompts)
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_gzip_bomb_is_refused_unread(prompts: Path, client: str) -> None:
+    result, server = bench_against({CHAT: gzip_bomb}, prompts, client=client)
     window = _window(result)
     assert set(window["outcomes"]) == {"bad_response"}
     (reason,) = window["failure_reasons"]["bad_response"]
@@ -273,10 +279,11 @@ def test_a_gzip_bomb_is_refused_unread(prompts: Path) -> None:
     assert {h.get("accept-encoding") for h in server.chat_headers} == {"identity"}
 
 
-def test_the_timeout_is_the_whole_request_not_one_read(prompts: Path) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_the_timeout_is_the_whole_request_not_one_read(prompts: Path, client: str) -> None:
     # A byte every 0.1 s never trips a per-read timeout; the request's deadline is the whole of it.
     # (The load already ran under one deadline; this holds it there.)
-    result, _ = bench_against({CHAT: drips_comments}, prompts, timeout_s=1.0)
+    result, _ = bench_against({CHAT: drips_comments}, prompts, client=client, timeout_s=1.0)
     window = _window(result)
     assert set(window["outcomes"]) == {"timeout"}
     assert window["failure_reasons"] == {"timeout": ["no complete answer within 1s"]}

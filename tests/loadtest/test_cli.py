@@ -28,6 +28,7 @@ def test_run_writes_a_result_and_a_summary_then_a_self_contained_report(start_si
     assert result["synthetic"] is True and result["conditions"]["gpu"]["model"] == "NVIDIA H200"
     assert [len(level["repeats"]) for level in result["levels"]] == [2, 2]
     assert result["levels"][1]["summary"]["ttft_s"]["p99"]["n"] == 2
+    assert result["conditions"]["tool"]["client"] == "stream"  # the bench's own client, by default
 
     html_path = tmp_path / "r.html"
     report = CliRunner().invoke(app, ["bench", "report", str(out), "-o", str(html_path)])
@@ -51,3 +52,5 @@ def test_bad_options_fail_before_any_load(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "bad.jsonl:1: not a JSON line" in bad.output
     duration = runner.invoke(app, [*base, "--synthetic", "--duration", "soon"])
     assert duration.exit_code == 2 and "--duration: not a duration" in duration.output
+    client = runner.invoke(app, [*base, "--synthetic", "--client", "aiohttp"])
+    assert client.exit_code == 2 and "stream, openai" in client.output

@@ -87,3 +87,10 @@ def test_the_lean_sse_decoder_yields_what_the_sdks_does_however_the_bytes_are_cu
 
     lean, sdk = asyncio.run(events(LeanSSEDecoder())), asyncio.run(events(SSEDecoder()))
     assert lean == sdk and len(sdk) == 10
+    # What the bench's own client reads (stream.py): the same events, a plain `data: ` one as its bytes
+    # (its id, which the bench has no use for, is not kept).
+    fast = LeanSSEDecoder()
+    got = [item for piece in pieces for item in fast.feed_data(piece)]
+    fast.close()
+    assert [(None, item.decode(), None) if isinstance(item, bytes) else (item.event, item.data, item.retry)
+            for item in got] == [(event, data, retry) for event, data, _, retry in sdk]

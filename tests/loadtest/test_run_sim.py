@@ -21,7 +21,7 @@ import pytest
 import monitor
 from monitor.config import CostSettings, Price
 from monitor.cost.prices import PriceBook
-from monitor.loadtest.load import Level
+from monitor.loadtest.load import CLIENTS, Level
 from monitor.loadtest.sampling import NvmlSource, local_source
 from monitor.loadtest.stats import percentile
 from monitor.sim import LatencyProfile
@@ -58,7 +58,8 @@ def _measured_only(server: Any) -> tuple[list[float], Any]:
     return seen, progress
 
 
-def test_reported_percentiles_are_the_imposed_distribution(start_sim, prompts: Path) -> None:
+@pytest.mark.parametrize("client", CLIENTS)  # the bench's own client and the SDK's: both read the same clock
+def test_reported_percentiles_are_the_imposed_distribution(start_sim, prompts: Path, client: str) -> None:
     # TTFT uniform on [0.05, 1.55] s: P50 (0.8) and P95 (1.475) far further apart than the transport bound.
     profile = LatencyProfile(prefill_s=0.8, prefill_per_token_s=0.0, per_token_s=0.005, output_tokens=(4, 4),
                              jitter=0.9375)
@@ -66,7 +67,8 @@ def test_reported_percentiles_are_the_imposed_distribution(start_sim, prompts: P
     imposed, progress = _measured_only(server)
     # The warm-up pays for the connections and the SDK's first call, as it would in front of an engine.
     result = bench(server.url, prompts, levels=[Level("concurrency", 16)], duration_s=2.5, warmup=16,
-                   progress=progress)
+                   progress=progress, client=client)
+    assert result["conditions"]["tool"]["client"] == client
     ttft = result["levels"][0]["repeats"][0]["ttft_s"]
     # At least a round of the 16 slots: ~50 requests on a quiet machine, 21 were seen beside two CPU hogs.
     assert len(imposed) == result["levels"][0]["repeats"][0]["requests"] >= 16

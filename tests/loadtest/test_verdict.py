@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from monitor.cli import app
 from monitor.loadtest.result import write_result
-from monitor.loadtest.verdict import drift, failures, other_load
+from monitor.loadtest.verdict import clients, drift, failures, other_load
 from monitor.ports import free_port
 from monitor.sim import LatencyProfile
 from tests.loadtest.conftest import MODEL
@@ -99,6 +99,22 @@ def test_compare_refuses_two_sessions_on_a_differently_loaded_machine(tmp_path: 
     refused = CliRunner().invoke(app, ["bench", "compare", *results])
     assert refused.exit_code == 2 and "other load moved from 5% to 85%" in refused.output
     assert CliRunner().invoke(app, ["bench", "compare", *results, "--max-drift", "90%"]).exit_code == 0
+    assert CliRunner().invoke(app, ["bench", "compare", *results, "--force"]).exit_code == 0
+
+
+def test_compare_refuses_two_results_measured_through_different_clients(tmp_path: Path) -> None:
+    results = []
+    for name, client in (("sdk", None), ("stream", "stream")):  # a result from before --client was the SDK's
+        result = _with_load(0.2, 0.2)
+        tool = {"name": "infermon bench"} if client is None else {"name": "infermon bench", "client": client}
+        result.update({"schema": "infermon-bench", "schema_version": 1, "conditions": {"tool": tool}})
+        result["levels"][0]["level"] = {"kind": "concurrency", "value": 1, "label": "c=1"}
+        result["levels"][0]["summary"] = {"output_tokens_per_s": {"mean": 100.0, "stdev": 1.0, "n": 2}}
+        write_result(result, tmp_path / f"{name}.json")
+        results.append(str(tmp_path / f"{name}.json"))
+    assert clients(json.loads(Path(results[0]).read_text()), json.loads(Path(results[0]).read_text())) == []
+    refused = CliRunner().invoke(app, ["bench", "compare", *results])
+    assert refused.exit_code == 2 and "HTTP client: openai vs stream" in refused.output
     assert CliRunner().invoke(app, ["bench", "compare", *results, "--force"]).exit_code == 0
 
 
