@@ -24,16 +24,19 @@ from openai.types.chat import ChatCompletionChunk
 
 from monitor.canary.probe import Recording
 
+Choice = tuple[bool, str | None, str | None]  # (has a delta, its content, the finish reason)
 
-def lean_chunk(data: Any) -> SimpleNamespace | None:
-    """A chunk's JSON -> an object with .choices[i].delta.content / .finish_reason and .usage,
-    or None when the JSON is not a plain chunk (then the SDK builds it)."""
+
+def plain_chunk(data: Any) -> tuple[list[Choice], dict[str, Any] | None] | None:
+    """A chunk's JSON -> its choices and usage, or None when it is not a plain chunk: a dict whose
+    `choices` is a list of dicts with a dict (or no) `delta` whose `content` is text (or none), and
+    whose `usage` is a dict (or none)."""
     if not isinstance(data, dict):
         return None
     choices, usage = data.get("choices", []), data.get("usage")
     if not isinstance(choices, list) or not (usage is None or isinstance(usage, dict)):
         return None
-    made = []
+    made: list[Choice] = []
     for choice in choices:
         delta = choice.get("delta") if isinstance(choice, dict) else None
         if not isinstance(choice, dict) or not (delta is None or isinstance(delta, dict)):
@@ -41,33 +44,35 @@ def lean_chunk(data: Any) -> SimpleNamespace | None:
         content = delta.get("content") if delta is not None else None
         if not (content is None or isinstance(content, str)):
             return None
-        made.append(SimpleNamespace(delta=None if delta is None else SimpleNamespace(content=content),
-                                    finish_reason=choice.get("finish_reason")))
+        made.append((delta is not None, content, choice.get("finish_reason")))
+    return made, usage
+
+
+def lean_chunk(data: Any) -> SimpleNamespace | None:
+    """A chunk's JSON -> an object with .choices[i].delta.content / .finish_reason and .usage,
+    or None when the JSON is not a plain chunk (then the SDK builds it)."""
+    plain = plain_chunk(data)
+    if plain is None:
+        return None
+    choices, usage = plain
+    made = [SimpleNamespace(delta=SimpleNamespace(content=content) if has_delta else None, finish_reason=finish)
+            for has_delta, content, finish in choices]
     lean_usage = None if usage is None else SimpleNamespace(
         completion_tokens=usage.get("completion_tokens"), prompt_tokens=usage.get("prompt_tokens"))
     return SimpleNamespace(choices=made, usage=lean_usage)
 
 
 def record_chunk(seen: Recording, data: Any, at: float) -> bool:
-    """A chunk's JSON recorded on `seen` straight from the dict, by `lean_chunk`'s rules (the bench's
-    own client, stream.py); False when it is not a plain chunk (then the answer is not a chat stream)."""
-    if not isinstance(data, dict):
+    """A chunk's JSON recorded on `seen` straight from the dict (the bench's own client, stream.py);
+    False when it is not a plain chunk (then the answer is not a chat stream)."""
+    plain = plain_chunk(data)
+    if plain is None:
         return False
-    choices, usage = data.get("choices", []), data.get("usage")
-    if not isinstance(choices, list):
-        return False
+    choices, usage = plain
     if usage is not None:
-        if not isinstance(usage, dict):
-            return False
         seen.add_usage(usage.get("completion_tokens"), usage.get("prompt_tokens"))
-    for choice in choices:
-        delta = choice.get("delta") if isinstance(choice, dict) else None
-        if not isinstance(choice, dict) or not (delta is None or isinstance(delta, dict)):
-            return False
-        content = delta.get("content") if delta is not None else None
-        if not (content is None or isinstance(content, str)):
-            return False
-        seen.add_choice(content, choice.get("finish_reason"), at)
+    for _, content, finish in choices:
+        seen.add_choice(content, finish, at)
     return True
 
 
