@@ -18,6 +18,7 @@ from monitor.loadtest.hypotheses import level_lines
 from monitor.loadtest.result import figure
 from monitor.loadtest.summary import LATENCY_COLUMNS, THROUGHPUT_COLUMNS, cell, header_lines
 from monitor.loadtest.summary import warnings as all_warnings
+from monitor.loadtest.verdict import client_of
 
 _CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1150px;color:#1d2430;padding:0 1em}
@@ -89,7 +90,9 @@ def _conditions(result: dict[str, Any]) -> str:
         ("goodput objective", f"TTFT < {work['goodput']['ttft_s'] * 1000:g} ms and "
                               f"TPOT < {work['goodput']['tpot_s'] * 1000:g} ms"),
         ("price", _price(c.get("price"))),
-        ("tool", f"{c['tool']['name']} {c['tool']['version']}, Python {c['tool']['python']}"),
+        ("tool", f"{c['tool']['name']} {c['tool']['version']}, Python {c['tool']['python']}, "
+                 f"HTTP client {client_of(result)}" + (f" ({c['tool']['client_note']})"
+                                                       if c["tool"].get("client_note") else "")),
     ]
     cells = "".join(f"<tr><th>{escape(k)}</th><td>{v if k == 'framework configuration' else escape(v)}</td></tr>"
                     for k, v in rows)

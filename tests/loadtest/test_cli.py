@@ -35,6 +35,7 @@ def test_run_writes_a_result_and_a_summary_then_a_self_contained_report(start_si
     assert report.exit_code == 0, report.output
     html = html_path.read_text()
     assert "Synthetic data" in html and "(mean tokens a request, the server&#x27;s usage)" in html
+    assert "HTTP client stream" in html
     assert html.count("<svg") == 5 and "cache_config_info" in html and "NVIDIA H200" in html
     # Self-contained: nothing fetched (no src/href at all, no url() in the CSS).
     assert not re.search(r"\b(src|href)=|url\(|<script", html)
