@@ -131,8 +131,10 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
             help="Refuse when the client machine's other load differs by more than this share of its CPUs")] = "25%",
         swap_back_budget: Annotated[str, typer.Option(
             help="KV tiering on vs off: the swap-back P99 the hypothesis allows")] = "50ms",
+        table: Annotated[bool, typer.Option(
+            help="One row a result, never a verdict (what three or more give): two GPUs side by side")] = False,
     ) -> None:
-        """A vs B, changes beyond noise marked, exit 1 on a regression; three or more: one table."""
+        """A vs B, changes beyond noise marked, exit 1 on a regression; three or more (or --table): one table."""
         from rich.console import Console
 
         from monitor.loadtest.compare import parse_threshold, table_rows
@@ -142,7 +144,7 @@ def register(app: typer.Typer, settings_loader: Callable[..., Settings]) -> None
 
         loaded = [(path.name, _load(path)) for path in results]
         console = Console()
-        if len(loaded) != 2:
+        if len(loaded) != 2 or table:
             print_table(console, table_rows(loaded, level))
             return
         from monitor.loadtest.hypotheses import parse_budget

@@ -90,6 +90,11 @@ def test_different_variables_are_refused_unless_forced(tmp_path: Path) -> None:
     assert "  - GPU: NVIDIA H200 vs NVIDIA H100 80GB HBM3\n" in refused.output and refused.output.endswith("\n")
     forced = _invoke(str(tmp_path / "h200.json"), str(tmp_path / "h100.json"), "--force")
     assert forced.exit_code == 1 and "REGRESSION" in forced.output
+    # Choosing between two GPUs is no regression test: --table puts them side by side, no verdict.
+    side = CliRunner().invoke(app, ["bench", "compare", str(tmp_path / "h200.json"), str(tmp_path / "h100.json"),
+                                    "--table"], env={"COLUMNS": "220"})
+    assert side.exit_code == 0 and "not comparable" not in side.output and "REGRESSION" not in side.output
+    assert "H200" in side.output and "H100" in side.output
 
 
 def test_several_results_make_one_table(tmp_path: Path) -> None:
