@@ -577,7 +577,7 @@ async def run_replay(options: Options) -> Run:
             # last phase was seen for less than its length. Playback restarts on this clock.
             step, ticks = options.interval / speed, [0]
             replay.clock = lambda: ticks[0] * step
-            replay.nvmlInit()
+            replay.restart()
 
             def scenario() -> float:
                 record, loops = replay.record()

@@ -137,6 +137,21 @@ def monitor_up(text: str) -> int:
     return sum(1 for line in text.splitlines() if line.startswith("inference_target_up{") and line.endswith(" 1.0"))
 
 
+def fresh_metrics(url: str, within: float = 10.0) -> str:
+    """The monitor's /metrics once none of its targets is stale (bounded: the last page read). A
+    target not scraped for two intervals counts as up but has no derived series: on a busy machine
+    (the operator reads just before, parse workers at nice 5) all of them were, and the page had
+    3 targets up and no requests/s series."""
+    deadline = time.monotonic() + within
+    while True:
+        text = httpx.get(f"{url}/metrics", timeout=30).text
+        stale = [line for line in text.splitlines() if line.startswith("inference_target_stale{")
+                 and not line.endswith(" 0.0")]
+        if not stale or time.monotonic() > deadline:
+            return text
+        time.sleep(0.2)
+
+
 def infra_runs(url: str) -> int:
     """How many times the infra layer has run (the runs of its first GPU)."""
     collectors = httpx.get(f"{url}/api/v1/status", timeout=30).json()["collectors"]
@@ -213,7 +228,7 @@ def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer | N
     rss = {name: sum(each_rss[pid] for pid in members) for name, members in group.items()}
     reads = operator_reads(url, args.reads)
     status = httpx.get(f"{url}/api/v1/status", timeout=30).json()
-    metrics = httpx.get(f"{url}/metrics", timeout=30).text
+    metrics = fresh_metrics(url)
     rows = status["layers"]["service"]["targets"]
     durations = [r["scrape_duration_seconds"] for r in rows if r["scrape_duration_seconds"] is not None]
     result = {

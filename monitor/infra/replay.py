@@ -9,7 +9,8 @@ they show is what a real H200 produced. Trace format (tests/fixtures/nvml_h200_t
                 "power_limit_mw": 700000, "energy_mj": 3811757, "clock_sm": 825,
                 "throttle": 1, "nproc": 0}, …]}
 
-Playback starts at nvmlInit and loops; energy keeps counting up across loops (a counter).
+Playback starts at the first nvmlInit (a second one, before nvmlShutdown, goes on playing) and
+loops; energy keeps counting up across loops (a counter).
 Fields the recording lacks (reserved memory, ECC) answer NotSupported, as the GPU would for
 fields it does not have — the replay never invents a number.
 
@@ -185,10 +186,21 @@ class ReplayNvml:
     # -- system -----------------------------------------------------------------------------
 
     def nvmlInit(self) -> None:
-        self._started = self.clock()
+        # NVML counts its inits: a second one leaves the GPU as it is. The monitor opens again when
+        # an open overran its deadline but did finish (a starved machine); restarting the playback
+        # then would jump the GPU back to the recording's first second and its energy counter back.
+        if self._started is None:
+            self._started = self.clock()
 
     def nvmlShutdown(self) -> None:
         self._started = None
+
+    def restart(self) -> None:
+        """Play the recording again from its start, on the clock as it reads now (a bench that
+        swapped `clock` for its own); the energy counter starts over with it."""
+        if self._started is None:
+            raise _error("NVML_ERROR_UNINITIALIZED")
+        self._started = self.clock()
 
     def nvmlSystemGetDriverVersion(self) -> str:
         return self.trace.driver

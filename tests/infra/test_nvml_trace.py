@@ -85,6 +85,26 @@ def test_replay_loops_and_energy_keeps_counting() -> None:
     assert nvml.nvmlDeviceGetTotalEnergyConsumption(0) > first
 
 
+def test_a_second_init_goes_on_playing() -> None:
+    """The monitor opens NVML again when an open overran its deadline but finished: the playback
+    (and the energy counter) must go on, not restart at the recording's idle first second."""
+    trace = h200_trace()
+    clock = FakeClock()
+    nvml = ReplayNvml(trace, clock)
+    nvml.nvmlInit()
+    clock.now = 22.5  # mid burn
+    energy = nvml.nvmlDeviceGetTotalEnergyConsumption(0)
+    nvml.nvmlInit()
+    assert nvml.nvmlDeviceGetUtilizationRates(0).gpu == record_at(22.5)["util_gpu"] > 0
+    assert nvml.nvmlDeviceGetTotalEnergyConsumption(0) == energy
+    nvml.restart()  # asked for (bench/gpu_check.py on a clock of its own): from the start
+    assert nvml.nvmlDeviceGetUtilizationRates(0).gpu == trace.records[0]["util_gpu"]
+    clock.now = 44.5
+    nvml.nvmlShutdown()
+    nvml.nvmlInit()  # after a shutdown: a new playback, from its start
+    assert nvml.nvmlDeviceGetUtilizationRates(0).gpu == trace.records[0]["util_gpu"]
+
+
 def test_mig_instances_get_memory_series_and_no_utilization() -> None:
     clock = FakeClock()
 
