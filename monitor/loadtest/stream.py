@@ -66,7 +66,8 @@ class StreamClient:
         self.tls = ssl.create_default_context() if url.scheme == "https" else None
         path = (url.raw_path.decode("ascii").split("?")[0].rstrip("/") + "/chat/completions").encode("ascii")
         self.timeout_s, self.caps, self.clock = timeout_s, caps or Caps(), clock
-        host = self.host if url.port is None else f"{self.host}:{url.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 literal is bracketed
+        host = host if url.port is None else f"{host}:{url.port}"
         fixed = {"Host": host, "User-Agent": USER_AGENT, "Content-Type": "application/json",
                  "Accept": "text/event-stream", "Accept-Encoding": "identity", **(headers or {})}
         if api_key:

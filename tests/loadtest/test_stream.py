@@ -169,6 +169,35 @@ def test_the_request_is_the_sdks_with_the_bench_marks(start_sim) -> None:
     assert seen.failure is None
 
 
+def test_an_ipv6_target_is_reached_and_named_in_brackets() -> None:
+    async def go() -> tuple[Observed, dict[str, str]]:
+        heads: list[dict[str, str]] = []
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+            fields = (line.partition(":") for line in head[1:] if line)
+            heads.append({name.strip().lower(): value.strip() for name, _, value in fields})
+            await reader.readexactly(int(heads[-1]["content-length"]))
+            writer.write(GOOD)
+            await writer.drain()
+            writer.close()
+
+        try:
+            server = await asyncio.start_server(serve, "::1", 0)
+        except OSError:
+            pytest.skip("no IPv6 loopback here")
+        async with server:
+            port = server.sockets[0].getsockname()[1]
+            client = StreamClient(f"http://[::1]:{port}/v1", None, 5.0)
+            try:
+                return (await client.observe(BODY))[0], {**heads[0], "port": str(port)}
+            finally:
+                await client.close()
+
+    seen, head = asyncio.run(go())
+    assert judge(seen).outcome == "ok" and head["host"] == f"[::1]:{head['port']}"
+
+
 def test_a_key_with_a_line_break_is_refused_without_showing_it() -> None:
     with pytest.raises(ValueError, match="line break") as raised:
         StreamClient("http://127.0.0.1:1/v1", "sk-a\r\nX-Evil: 1", 1.0)
