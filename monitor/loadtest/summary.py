@@ -45,6 +45,10 @@ QUEUED = 0.2  # without a slot count: requests waiting in the engine, on average
 # or finished more requests than the client sent by more than SHARED_SHARE of them and SHARED_BY:
 # someone else's traffic was on it.
 SHARED_BY, SHARED_SHARE = 1.0, 0.25
+# The client's event loop runs on one CPU: above this share of it, its own lateness is in the numbers.
+CLIENT_SATURATED = 0.8
+# Above this share of the client machine's CPUs busy with other work, the client was short of CPU.
+OTHER_BUSY = 0.5
 
 
 def number(value: float | None, unit: str = "") -> str:
@@ -211,6 +215,30 @@ def shared(result: dict[str, Any], by: float = SHARED_BY, share: float = SHARED_
     return out
 
 
+def client_short(result: dict[str, Any], saturated: float = CLIENT_SATURATED,
+                 other: float = OTHER_BUSY) -> list[str]:
+    """Levels at which the client was short of CPU: its own process used `saturated` of the one CPU
+    its event loop runs on, or other work (the engine too, where it runs on the same machine) kept
+    more than `other` of the machine's CPUs busy. A send or a chunk the client reads late is read
+    as the server's latency, and on a small machine its CPU comes out of the server's."""
+    out = []
+    for level in result["levels"]:
+        own = _mean_of(level, "client", "client_cpu_ratio")
+        busy = _mean_of(level, "client", "machine_busy_ratio")
+        cpus = _mean_of(level, "client", "cpu_count")
+        reasons = []
+        if own is not None and own >= saturated:
+            reasons.append(f"the client used {own:.0%} of a CPU (its event loop runs on one)")
+        if busy is not None and own is not None and cpus:
+            others = busy - own / cpus
+            if others > other:
+                reasons.append(f"other work kept {others:.0%} of the client machine's {cpus:.0f} CPUs busy")
+        if reasons:
+            out.append(f"{level['level']['label']}: the client was short of CPU: {'; '.join(reasons)}. Its lateness "
+                       "is in the latencies: run it on CPUs of its own, or at a lower load")
+    return out
+
+
 def cached(result: dict[str, Any], share: float = CACHED_SHARE) -> list[str]:
     """Levels whose prompt tokens came from the engine's prefix cache for more than `share`."""
     out = []
@@ -238,7 +266,8 @@ def warnings(result: dict[str, Any]) -> list[str]:
     thing say it once ("c=1, c=2: 29% of the prompt tokens ...")."""
     labels = {level["level"]["label"] for level in result["levels"]}
     merged: dict[str, list[str]] = {}
-    for line in unhealthy(result) + shared(result) + engine_limited(result) + shortfalls(result) + cached(result):
+    for line in (unhealthy(result) + shared(result) + engine_limited(result) + shortfalls(result)
+                 + client_short(result) + cached(result)):
         label, _, text = line.partition(": ")
         key, who = (text, label) if label in labels else (line, "")
         merged.setdefault(key, []).append(who)

@@ -144,3 +144,22 @@ def test_a_level_the_client_kept_less_in_flight_is_called_out_by_littles_law_not
     # A result without the client's figure (written before it was kept): the gauge alone judges nothing.
     del summary["in_flight_mean"]
     assert shortfalls(result) == []
+
+
+def test_a_level_whose_client_was_short_of_cpu_says_so() -> None:
+    from monitor.loadtest.summary import client_short, warnings
+
+    result = _result(1000, 5)
+    summary = result["levels"][0]["summary"]
+    summary["client"] = {"client_cpu_ratio": {"mean": 0.35, "n": 2}, "machine_busy_ratio": {"mean": 0.40, "n": 2},
+                         "cpu_count": {"mean": 4, "n": 2}}
+    assert client_short(result) == []  # a third of a core, and the machine's others at 31 %: nothing to say
+    summary["client"]["client_cpu_ratio"]["mean"] = 0.93
+    (line,) = client_short(result)
+    assert line.startswith("c=8: the client was short of CPU: the client used 93% of a CPU") and "other" not in line
+    summary["client"]["machine_busy_ratio"]["mean"] = 0.95  # and others kept 72 % of the 4 CPUs busy
+    (line,) = client_short(result)
+    assert "93% of a CPU" in line and "other work kept 72% of the client machine's 4 CPUs busy" in line
+    assert line in warnings(result)
+    del summary["client"]  # a result written before the client's figures were kept: nothing judged
+    assert client_short(result) == []
