@@ -390,7 +390,7 @@ class ServiceCollector:
             "engine_pinned": state.target.engine,
             "engine_recognized": None if not state.up else state.unrecognized is None,
             "generation": state.engine.generation if state.engine else None,
-            "note": state.engine.note() if state.engine else "",
+            "note": state.engine.note(state.target.model) if state.engine else "",
             "absent": list(state.engine.absent()) if state.engine else [],
             "last_scrape": state.last_scrape,
             "last_success": entry.last_success,

@@ -141,15 +141,22 @@ class EngineSpec:
         missing += [m for m in ("ttft", "tpot", "e2e", "queue") if m not in self.histograms]
         return tuple(missing)
 
-    def note(self) -> str:
-        """One line for `check` and the overview: upstream state and what the engine does not give."""
+    def note(self, model: str | None = None) -> str:
+        """One line for `check` and the overview: upstream state and what the engine does not give;
+        `model`, the target's own `model:`, where its page names none (llama.cpp, TGI)."""
         parts = [f"{self.upstream} upstream"] if self.upstream else []
+        if self.model_label is None and not model:
+            parts.append("the page names no model: set the target's `model:` (its numbers are under model "
+                         f'"{UNKNOWN_MODEL}")')
         absent = self.absent()
         if absent:
             parts.append("not on the engine's page: " + ", ".join(_ABSENT_WORDS[m] for m in absent))
         if "ttft" in absent:
             parts.append("the canary (client-side TTFT/TPOT) is this target's latency source")
         return "; ".join(parts)
+
+
+UNKNOWN_MODEL = "unknown"  # the model of a target whose page names none and whose `model:` is unset
 
 
 def spellings(name: str, prefix: str = "") -> tuple[str, ...]:

@@ -36,7 +36,7 @@ from monitor.service.derive import (
     stats_many,
     window_rates,
 )
-from monitor.service.engines import EngineSpec, detect, find_engine, is_router, router_sample
+from monitor.service.engines import UNKNOWN_MODEL, EngineSpec, detect, find_engine, is_router, router_sample
 from monitor.service.extract import SPLIT_VALUES, ExtractMemo, Snapshot, extract
 from monitor.service.recognize import unrecognized_reason
 from monitor.service.series import SeriesStore
@@ -175,7 +175,7 @@ class TargetPipeline:
             state.store.clear()
             state.baseline.clear()
             state.engine = spec
-        default_model = state.target.model or "unknown"
+        default_model = state.target.model or UNKNOWN_MODEL
         snap = extract(page, spec, ts, default_model, state.memo)
         check_models(len(snap.models()), self.settings.max_models_per_target)
         if snap.split_dropped and (state.latest is None or not state.latest.split_dropped):
@@ -237,7 +237,7 @@ def target_view(name: str, state: TargetState, up: bool, stale: bool) -> TargetV
         engine=engine.engine if engine else None,
         generation=engine.generation if engine else None,
         stale=stale,
-        note=engine.note() if engine else "",
+        note=engine.note(state.target.model) if engine else "",
         waiting=not up and state.error is None,
         recognized=state.unrecognized is None,
         detail=state.error,

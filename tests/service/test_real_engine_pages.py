@@ -17,6 +17,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable
 from functools import cache
+from typing import Any
 
 import httpx
 import pytest
@@ -26,6 +27,7 @@ from monitor.config import load_settings
 from monitor.runtime import Monitor
 from monitor.service.promql import fraction_at_or_below, histogram_quantile
 from tests.conftest import FIXTURES
+from tests.pageserver import Page, PageServer
 from tests.promql_oracle import extrapolated_rate
 
 PAGES = FIXTURES / "real_engines"
@@ -577,3 +579,32 @@ def test_vllm_speculative_decoding_acceptance_per_position(vllm: dict[str, float
         assert got == pytest.approx(accepted / drafts, rel=1e-6)
         assert close(got, fed / 10, 0.01)  # fed per tick: 10 drafts, (8, 6, 4) accepted at positions 0, 1, 2
     assert not any("position=\"3\"" in key for key in vllm)
+
+
+def test_a_llamacpp_target_without_a_model_is_told_to_name_one() -> None:
+    """llama.cpp's page names no model: without the target's `model:` its numbers are under
+    "unknown", and `check`'s and the overview's note says which key to set; with it, no such note."""
+    notes = {}
+    with PageServer() as server:
+        server.set("/metrics", Page(page(LLAMA_PAGE)))
+        for name, model in (("bare", None), ("named", "tiny-llama")):
+            target = {"name": name, "url": server.url("/metrics"), **({"model": model} if model else {})}
+            settings = load_settings(None, {"infra": {"nvml": {"enabled": "false"}}, "alerting": {"enabled": False},
+                                            "service": {"targets": [target]}})
+
+            async def run(settings: Any = settings) -> tuple[str, list[dict[str, object]]]:
+                monitor = Monitor(settings)
+                try:
+                    await monitor.run_once()
+                    return monitor.metrics_text().decode(), monitor.service.status()
+                finally:
+                    await monitor.aclose()
+
+            text, (row,) = asyncio.run(run())
+            assert row["up"] and row["engine"] == "llamacpp", row
+            notes[name] = str(row["note"])
+            running = [dict(s.labels) for f in text_string_to_metric_families(text) for s in f.samples
+                       if s.name == "inference_requests_running"]
+            assert running == [{"target": name, "model": model or "unknown"}], running
+    assert "the page names no model: set the target's `model:`" in notes["bare"]
+    assert "names no model" not in notes["named"] and "canary" in notes["named"]
