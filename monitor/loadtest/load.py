@@ -278,11 +278,9 @@ def make_sender(kind: str, base_url: str, api_key: str | None, timeout_s: float,
     the SDK's httpx speaks it, stream.py does not)."""
     if kind not in CLIENTS:
         raise ValueError(f"the client is one of {', '.join(CLIENTS)}, not {kind!r}")
-    if kind == "stream":
-        proxy = proxied(base_url)
-        if proxy is None:
-            return StreamSender(StreamClient(base_url, api_key, timeout_s, caps, {BENCH_HEADER: "1"}, clock),
-                                extra_body), None
-        why = f"{proxy} is set for the target: the openai SDK's client speaks the proxy"
-        return SdkSender(make_client(base_url, api_key, timeout_s, caps), timeout_s, extra_body, clock), why
-    return SdkSender(make_client(base_url, api_key, timeout_s, caps), timeout_s, extra_body, clock), None
+    proxy = proxied(base_url) if kind == "stream" else None
+    if kind == "stream" and proxy is None:
+        return StreamSender(StreamClient(base_url, api_key, timeout_s, caps, {BENCH_HEADER: "1"}, clock),
+                            extra_body), None
+    why = f"{proxy} is set for the target: the openai SDK's client speaks the proxy" if proxy else None
+    return SdkSender(make_client(base_url, api_key, timeout_s, caps), timeout_s, extra_body, clock), why
