@@ -202,6 +202,7 @@ class EmbeddedEvaluator:
         self.held = []
         stale = stale_targets(samples) if self._stale_held else frozenset()
         fresh_points = self._observe(samples, ts)
+        over_history = HistoryAt(self.history, ts) if self.history is not None else None  # one for every trend rule
         for state in self.states:
             if state.last_evaluation is not None and ts <= state.last_evaluation:
                 continue  # evaluated at this instant already (a rule held back until then was not)
@@ -212,7 +213,7 @@ class EmbeddedEvaluator:
                 continue
             previous_error = state.last_error
             held = stale if stale and state.rule.key in self._stale_held else ()
-            read = HistoryAt(self.history, ts) if state.rule.trend and self.history is not None else samples
+            read = over_history if state.rule.trend and over_history is not None else samples
             for transition in state.evaluate(read, ts, self.external_url, slack, held):
                 alerts.append(self._as_alert(transition, self._explained(state.rule.key, transition)))
             if state.last_error and state.last_error != previous_error:  # once when it starts or changes

@@ -14,7 +14,7 @@ What is evaluated, with Prometheus' semantics (promql/engine.go and functions.go
   evaluated off its grid);
 - `avg_, sum_, min_, max_, count_, last_, stddev_over_time`, `quantile_over_time(φ, v)`,
   `deriv(v)`, `predict_linear(v, s)` (the least-squares line through the points, read at the
-  evaluation time plus s), `changes(v)`, `abs`, `clamp_min`, `clamp_max`; a function drops the
+  evaluation time plus s), `changes(v)`, `abs`, `clamp_min`, `clamp_max`, `ln`, `exp`; a function drops the
   metric name (but `last_over_time`);
 - `+ - * / %` and comparisons between a vector and a number or two vectors matched one to one
   (on every label but the name, or `on(...)` / `ignoring(...)`): arithmetic drops the name, a
@@ -88,6 +88,9 @@ class HistoryAt(Mapping[str, Sequence[Sample]]):
 
     def __init__(self, history: History, ts: float) -> None:
         self.history, self.ts = history, ts
+        # A range function's vector at this instant, by its node: the trend rules share their
+        # levels (the same `avg_over_time(x[6h] offset 1w)` in many rules), each read once.
+        self.cache: dict[Any, Vector] = {}
 
     def __getitem__(self, name: str) -> Sequence[Sample]:
         return [(track.labels, value) for track in self.history.tracks(name)
@@ -157,7 +160,7 @@ class _Binary:
 
 _RANGE_FUNCTIONS = {"avg_over_time", "sum_over_time", "min_over_time", "max_over_time", "count_over_time",
                     "last_over_time", "stddev_over_time", "quantile_over_time", "deriv", "predict_linear", "changes"}
-_INSTANT_FUNCTIONS = {"abs", "clamp_min", "clamp_max"}
+_INSTANT_FUNCTIONS = {"abs", "clamp_min", "clamp_max", "ln", "exp"}
 
 
 def _convert(node: Any) -> Any:
@@ -248,7 +251,7 @@ class TrendExpr:
     def eval(self, samples: Mapping[str, Sequence[Sample]]) -> Vector:
         if not isinstance(samples, HistoryAt):
             return []
-        result = _eval(self.root, samples.history, samples.ts)
+        result = _eval(self.root, samples.history, samples.ts, samples.cache)
         if isinstance(result, float):
             return []
         return result
@@ -328,37 +331,43 @@ def _without_name(labels: Labels) -> Labels:
     return {k: v for k, v in labels.items() if k != "__name__"}
 
 
-def _eval(node: Any, history: History, ts: float) -> Vector | float:
+def _eval(node: Any, history: History, ts: float, cache: dict[Any, Vector]) -> Vector | float:
     if isinstance(node, _Number):
         return node.value
     if isinstance(node, _Selector):
         at = ts - node.offset
         return [(t.labels, v) for t in node.tracks(history) if (v := _instant(t, at)) is not None]
     if isinstance(node, _Negate):
-        operand = _eval(node.operand, history, ts)
+        operand = _eval(node.operand, history, ts, cache)
         if isinstance(operand, float):
             return -operand
         return [(_without_name(labels), -value) for labels, value in operand]
     if isinstance(node, _Call):
-        return _call(node, history, ts)
-    return _binary_eval(node, history, ts)
+        if node.name in _INSTANT_FUNCTIONS:
+            return _call(node, history, ts, cache)
+        found = cache.get(node)
+        if found is None:
+            found = cache[node] = _call(node, history, ts, cache)
+        return found
+    return _binary_eval(node, history, ts, cache)
 
 
-def _call(node: _Call, history: History, ts: float) -> Vector:
+def _call(node: _Call, history: History, ts: float, cache: dict[Any, Vector]) -> Vector:
     if node.name in _INSTANT_FUNCTIONS:
-        vector = _eval(node.args[0], history, ts)
+        vector = _eval(node.args[0], history, ts, cache)
         if isinstance(vector, float):
             raise OutsideSubset(f"{node.name}() takes a vector")
-        bound = [_scalar(a, history, ts) for a in node.args[1:]]
+        bound = [_scalar(a, history, ts, cache) for a in node.args[1:]]
         fn: Callable[[float], float] = {
             "abs": abs, "clamp_min": lambda v: max(v, bound[0]), "clamp_max": lambda v: min(v, bound[0]),
+            "ln": _ln, "exp": _exp,
         }[node.name]
         return [(_without_name(labels), fn(value)) for labels, value in vector]
     selector = next(a for a in node.args if isinstance(a, _Selector) and a.range is not None)
     end = ts - selector.offset
     assert selector.range is not None
     start = end - selector.range
-    parameter = [_scalar(a, history, ts) for a in node.args if a is not selector]
+    parameter = [_scalar(a, history, ts, cache) for a in node.args if a is not selector]
     out: Vector = []
     for track in selector.tracks(history):
         times, values = points_between(track, start, end)
@@ -368,8 +377,22 @@ def _call(node: _Call, history: History, ts: float) -> Vector:
     return out
 
 
-def _scalar(node: Any, history: History, ts: float) -> float:
-    value = _eval(node, history, ts)
+def _ln(value: float) -> float:
+    """Go's math.Log: -Inf at 0, NaN below."""
+    if value > 0 or math.isnan(value):
+        return math.log(value) if value != math.inf else math.inf
+    return -math.inf if value == 0 else math.nan
+
+
+def _exp(value: float) -> float:
+    try:
+        return math.exp(value)
+    except OverflowError:
+        return math.inf
+
+
+def _scalar(node: Any, history: History, ts: float, cache: dict[Any, Vector]) -> float:
+    value = _eval(node, history, ts, cache)
     if not isinstance(value, float):
         raise OutsideSubset("a function parameter must be a number in the embedded trend rules")
     return value
@@ -443,8 +466,8 @@ def _signature(labels: Labels, on: tuple[str, ...] | None, ignoring: tuple[str, 
     return tuple(sorted((k, v) for k, v in labels.items() if k not in skip))
 
 
-def _binary_eval(node: _Binary, history: History, ts: float) -> Vector | float:
-    left, right = _eval(node.left, history, ts), _eval(node.right, history, ts)
+def _binary_eval(node: _Binary, history: History, ts: float, cache: dict[Any, Vector]) -> Vector | float:
+    left, right = _eval(node.left, history, ts, cache), _eval(node.right, history, ts, cache)
     op = node.op
     if op in _SET:
         if isinstance(left, float) or isinstance(right, float):

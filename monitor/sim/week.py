@@ -21,9 +21,24 @@ def rhythm(base: float, day_swing: float = 0.3, weekend: float = 0.8) -> Shape:
     return value
 
 
-def growth(per_day: float, start: float) -> Shape:
-    """1 until `start`, then growing by `per_day` (0.04: +4 %) a day, compounded."""
-    return lambda t: (1 + per_day) ** (max(0.0, t - start) / DAY)
+def growth(per_day: float, start: float, stop: float | None = None) -> Shape:
+    """1 until `start`, then growing by `per_day` (0.04: +4 %) a day, compounded; flat again from
+    `stop` on (a creep that stops: a restart cleared the fragmentation, a fix went out)."""
+    def value(t: float) -> float:
+        until = t if stop is None else min(t, stop)
+        return (1 + per_day) ** (max(0.0, until - start) / DAY)
+    return value
+
+
+def holiday(at: float, factor: float = 0.7, length: float = DAY) -> Shape:
+    """`factor` for `length` seconds from `at` (a holiday's quiet day: latency at 0.7 of usual with
+    the traffic at 30 %; an outage: 3.0 for a few hours), 1 before and after."""
+    return lambda t: factor if at <= t < at + length else 1.0
+
+
+def product(*shapes: Shape) -> Shape:
+    """The shapes multiplied: a rhythm with a step and then a creep."""
+    return lambda t: math.prod(shape(t) for shape in shapes)
 
 
 def step(factor: float, at: float) -> Shape:
