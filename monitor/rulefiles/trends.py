@@ -262,9 +262,10 @@ def _rule(name: str, comment: str, expr: str, severity: str, q: Quantity, summar
     lines += [f"          {line}" for line in expr.splitlines()]
     if keep:
         lines.append(f"        keep_firing_for: {keep}")
-    lines += ["        labels:", f"          severity: {severity}", f"          layer: {q.layer}", "          kind: trend"]
-    lines += ["        annotations:", f"          summary: {_quote(summary)}", f"          description: {_quote(description)}",
-              f"          runbook: {_quote(q.runbook + '#' + name.lower())}"]
+    pad = " " * 10
+    lines += ["        labels:", f"{pad}severity: {severity}", f"{pad}layer: {q.layer}", f"{pad}kind: trend"]
+    lines += ["        annotations:", f"{pad}summary: {_quote(summary)}", f"{pad}description: {_quote(description)}",
+              f"{pad}runbook: {_quote(q.runbook + '#' + name.lower())}"]
     return "\n".join(lines) + "\n"
 
 
