@@ -26,7 +26,7 @@ def growth(per_day: float, start: float, stop: float | None = None) -> Shape:
     `stop` on (a creep that stops: a restart cleared the fragmentation, a fix went out)."""
     def value(t: float) -> float:
         until = t if stop is None else min(t, stop)
-        return (1 + per_day) ** (max(0.0, until - start) / DAY)
+        return float((1 + per_day) ** (max(0.0, until - start) / DAY))
     return value
 
 
