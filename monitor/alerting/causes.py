@@ -231,10 +231,25 @@ CAUSES: tuple[CauseRule, ...] = (
               "at the same load, the prefix cache hits {trend_prefix_cache_hit} as often as a week ago: more prefill "
               "per request (new prompts or templates, or eviction).",
               "load flat, prefix-cache hit ratio at most trend_prefix_ratio of a week before"),
-    CauseRule("trend_engine", "trend", (_c("trend_load", "<", "trend_load_ratio"),),
-              "the latency grew at the same load ({trend_load} of a week ago) with the cache and the GPUs as they "
-              "were: the engine itself; compare its version and configuration over those days.",
-              "load flat and none of the above"),
+    # Load, cache and GPUs as they were: a step is named the engine's only where its version or
+    # configuration could have changed unseen; a creep is not a change of version at all.
+    CauseRule("trend_engine", "trend", (_c("trend_load", "<", "trend_load_ratio"), _c("trend_step", "==", 1),
+                                        _c("trend_version_tracked", "==", 0)),
+              "the latency stepped up at the same load ({trend_load} of a week ago) with the cache and the GPUs "
+              "as they were, and the monitor does not track the engine's version (service.engine_version): "
+              "compare the engine's version and configuration before and after the step.",
+              "a step, load flat, none of the above, the engine's version not tracked"),
+    CauseRule("trend_config", "trend", (_c("trend_load", "<", "trend_load_ratio"), _c("trend_step", "==", 1)),
+              "the latency stepped up at the same load ({trend_load} of a week ago) with the cache and the GPUs "
+              "as they were and the engine's version unchanged across the step: its configuration (flags set "
+              "at a restart) or a traffic mix the monitor does not read (longer prompts, another client).",
+              "a step, load flat, none of the above, the engine's version tracked and unchanged"),
+    CauseRule("trend_unexplained", "trend", (_c("trend_load", "<", "trend_load_ratio"),),
+              "the latency keeps growing at the same load ({trend_load} of a week ago) with the KV cache, the "
+              "prefix cache and the GPUs' power and clock as they were: none of the signals the monitor reads "
+              "moved with it; a restart of the engine shows whether it is the engine's own state (memory "
+              "fragmentation, a leak).",
+              "a creep, load flat and none of the above"),
     # ---- cost ---------------------------------------------------------------------------------
     CauseRule("gpu_unpriced", "cost", (_c("unpriced_here", ">", 0),),
               "{unpriced_here} has no price in cost.gpu_prices: its spend is not counted.",
@@ -422,6 +437,8 @@ def _trend_signals(context: Context, values: dict[str, float], texts: dict[str, 
         if value is not None:
             values[name] = value
             texts[name] = _pct(value) if value != float("inf") else "new (none a week ago)"
+    values["trend_step"] = 1.0 if facts.step else 0.0
+    values["trend_version_tracked"] = 1.0 if facts.version_tracked else 0.0
     if facts.engine_change is not None and facts.engine_change_minutes is not None \
             and facts.engine_change_step is not None:
         values["trend_change_minutes"] = facts.engine_change_minutes

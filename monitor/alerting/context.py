@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from monitor.cost.collector import CostView
-from monitor.history.changes import step_at_change
+from monitor.history.changes import step_at_change, version_tracked
 from monitor.history.keeper import WEEK, HistoryKeeper, week_over_week
 from monitor.history.store import DAY
 from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuState, InfraView
@@ -135,6 +135,8 @@ class TrendFacts:
     engine_change: str | None = None
     engine_change_minutes: float | None = None
     engine_change_step: float | None = None
+    step: bool = False  # a step (TTFTP99Step, ...): a change within the week; else a creep (a growth)
+    version_tracked: bool = False  # the history knows the target's engine version (service.engine_version)
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,8 @@ def _trend_context(labels: Mapping[str, str], views: Views) -> Context:
         gpu_power=min(power) if power else None,
         gpu_clock=min(clock) if clock else None,
     )
+    facts = replace(facts, step=labels.get("alertname", "").endswith("Step"),
+                    version_tracked=version_tracked(history, target, at - WEEK - DAY))
     step = step_at_change(history, labels, at, at - WEEK - DAY)
     if step is not None:
         when = datetime.fromtimestamp(step.change.at, UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -62,6 +62,16 @@ def engine_changes(history: HistoryKeeper, target: str, since: float, until: flo
             if since < at <= until and before != after]
 
 
+def version_tracked(history: HistoryKeeper, target: str, since: float) -> bool:
+    """Whether the history knew the version of the target's engine all along since `since`
+    (`service.engine_version` on, every read answered): only then can it tell that a step came
+    without a version change."""
+    tracks = [t for t in history.tracks(INFO) if t.labels.get("target") == target and len(t.ts)]
+    versioned = [t for t in tracks if t.labels.get("version")]
+    unversioned = [t for t in tracks if not t.labels.get("version") and float(t.ts[-1]) > since]
+    return bool(versioned) and not unversioned and min(float(t.ts[0]) for t in versioned) <= since
+
+
 def step_near(track: Track, around: float, reach: float = 2 * HOUR, side: float = HOUR) -> tuple[float, float] | None:
     """Where within `reach` of `around` the level moved most: the mean of the `side` seconds after a
     point over the mean of the `side` seconds before it, divided by the same a week before where the

@@ -111,8 +111,10 @@ def test_a_version_that_only_became_known_is_no_change() -> None:
 
 
 @pytest.mark.parametrize(("step_at", "versions", "expected"), [
-    (CHANGE + 600, {"0.33.0": (0.0, math.inf)}, "trend_engine"),  # no change: the engine itself
-    (CHANGE + 12 * 3600, UPGRADE, "trend_engine"),  # the step came half a day after the change
+    # the version known all along and unchanged: its configuration or the traffic mix, not a new version
+    (CHANGE + 600, {"0.33.0": (0.0, math.inf)}, "trend_config"),
+    (CHANGE + 12 * 3600, UPGRADE, "trend_config"),  # the step came half a day after the change
+    (CHANGE + 600, {}, "trend_engine"),  # no version known: it could have changed unseen
 ])
 def test_a_step_without_a_change_near_it_is_not_the_change(step_at: float, versions: dict[str, tuple[float, float]],
                                                            expected: str) -> None:
@@ -121,4 +123,4 @@ def test_a_step_without_a_change_near_it_is_not_the_change(step_at: float, versi
 
 def test_the_daily_rhythm_alone_is_no_step_at_a_change() -> None:
     history = keeper(days(math.inf, UPGRADE))  # no step at all; the version changed in the afternoon's rise
-    assert cause(history).split(":")[0] == "trend_engine"
+    assert cause(history).split(":")[0] == "trend_config"

@@ -49,12 +49,21 @@ def cause(history: HistoryKeeper) -> dict[str, str]:
     ({"load": 0.06}, "trend_load"),
     ({"kv": 0.06}, "trend_cache"),
     ({"prefix": -0.06}, "trend_prefix_cache"),
-    ({}, "trend_engine"),
+    ({}, "trend_unexplained"),  # a creep at the same load: no version change could explain a growth
 ])
 def test_the_cause_names_what_changed_over_the_same_days(grown: dict[str, float], expected: str) -> None:
     annotations = cause(keeper(**grown))
     assert annotations["probable_cause"].split(":")[0] == expected
     assert "vs. the same hours a week ago: requests/s:" in annotations["context"]
+
+
+def test_a_step_at_the_same_load_is_the_engines_only_where_its_version_is_not_tracked() -> None:
+    found = views([target(TARGET)], [gpu("0")])
+    step = {**LABELS, "alertname": "TTFTP99Step"}
+    text = explain(step, replace(found, history=keeper(), at=END), CauseSettings())["probable_cause"]
+    assert text.startswith("trend_engine: the latency stepped up at the same load") and "engine_version" in text
+    creep = explain(LABELS, replace(found, history=keeper(), at=END), CauseSettings())["probable_cause"]
+    assert "version" not in creep and "keeps growing" in creep
 
 
 def test_the_numbers_are_the_last_six_hours_against_the_same_hours_a_week_before() -> None:
