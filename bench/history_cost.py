@@ -10,8 +10,8 @@ creeping +4 %/day over the last 3 days, so the pass has something to find):
 
 - the keeper: the retention's days through `load` (`memory_bytes()`, and the process's RSS
   growth), then one pass of every rule of alerts/trend.yml (`rule.expr.eval(HistoryAt(keeper,
-  now))`, what the embedded evaluator does once per 5-minute point) with the tracks built anew
-  (as after each new point) and cached;
+  now))` on one instant shared by the rules, what the embedded evaluator does once per 5-minute
+  point) with the tracks built anew (as after each new point) and cached;
 - the store: the days written through `HistoryTables.write`, a day at a time (SQLite file size,
   rows, time), then one 5-minute point's write (today's row of every series, as `runtime` does),
   then a restart's read (`runtime`: every stored day of the memory's reach, `HistoryKeeper.load`);
@@ -227,12 +227,14 @@ def measure_keeper(targets: int, retention_days: int, now: float) -> dict[str, A
     for _ in range(3):
         keeper.load(today, now)  # as a new point does: every series' track is built again
         with (watch := Stopwatch()).running():
-            fired = {rule.name: len(rule.expr.eval(HistoryAt(keeper, now))) for rule in rules}
+            instant = HistoryAt(keeper, now)  # one for every rule, as the embedded evaluator reads them
+            fired = {rule.name: len(rule.expr.eval(instant)) for rule in rules}
         cold.append(watch)
     after_pass = process_memory()["VmRSS"]
     with (warm := Stopwatch()).running():
+        instant = HistoryAt(keeper, now)
         for rule in rules:
-            rule.expr.eval(HistoryAt(keeper, now))
+            rule.expr.eval(instant)
     return {
         "exported": exported, "kept": len(kept), "in_memory": sum(k.memory_days > 0 for k in kept),
         "memory_days": keeper.memory_days, "keeper_mib": keeper.memory_bytes() / MiB, "load": load,

@@ -469,10 +469,13 @@ def probable_cause(context: Context, settings: CauseSettings, rules: tuple[Cause
         if all(_holds(c, found.values, settings) for c in rule.when):
             return f"{rule.id}: {rule.sentence.format_map(_Texts(found))}"
     # What was checked: the signals this layer's rules look at, as far as the context gives them.
-    looked_at = dict.fromkeys(c.signal for rule in rules for c in rule.when if c.signal != "gpu_readings")
+    looked_at = dict.fromkeys(c.signal for rule in rules for c in rule.when if c.signal not in _KINDS)
     checked = ", ".join(f"{name} {found.texts.get(name, f'{found.values[name]:g}')}"
                         for name in looked_at if name in found.values)
     return f"unknown: nothing stands out in the facts checked ({checked or 'none available'})."
+
+
+_KINDS = {"gpu_readings", "trend_step", "trend_version_tracked"}  # what kind of alert, not a fact of the world
 
 
 class _Texts(dict[str, str]):

@@ -27,9 +27,11 @@ from typing import Any
 from monitor.cost.collector import CostView
 from monitor.history.changes import step_at_change, version_tracked
 from monitor.history.keeper import WEEK, HistoryKeeper, week_over_week
+from monitor.history.slope import slope_of
 from monitor.history.store import DAY
 from monitor.infra.reading import CLOCK_EVENT_REASONS, GpuState, InfraView
 from monitor.quality.layer import QualityView
+from monitor.rulefiles.trends import QUANTITIES
 from monitor.service.derive import WindowStats, rank_imbalance
 from monitor.service.view import ServiceView, TargetView
 from monitor.topology import TopologyMap
@@ -135,6 +137,7 @@ class TrendFacts:
     engine_change: str | None = None
     engine_change_minutes: float | None = None
     engine_change_step: float | None = None
+    slope: str | None = None  # a creep's "P99 TTFT +3.0 %/day over 21 days, 562 ms now, crosses 1 s in ~20 days"
     step: bool = False  # a step (TTFTP99Step, ...): a change within the week; else a creep (a growth)
     version_tracked: bool = False  # the history knows the target's engine version (service.engine_version)
 
@@ -197,7 +200,7 @@ def _trend_context(labels: Mapping[str, str], views: Views) -> Context:
         gpu_power=min(power) if power else None,
         gpu_clock=min(clock) if clock else None,
     )
-    facts = replace(facts, step=labels.get("alertname", "").endswith("Step"),
+    facts = replace(facts, slope=_slope_text(history, labels, at), step=labels.get("alertname", "").endswith("Step"),
                     version_tracked=version_tracked(history, target, at - WEEK - DAY))
     step = step_at_change(history, labels, at, at - WEEK - DAY)
     if step is not None:
@@ -205,6 +208,29 @@ def _trend_context(labels: Mapping[str, str], views: Views) -> Context:
         facts = replace(facts, engine_change=f"{step.change.before} → {step.change.after} at {when}",
                         engine_change_minutes=step.minutes, engine_change_step=step.ratio)
     return replace(placed, layer="trend", trend=facts)
+
+
+def _slope_text(history: HistoryKeeper, labels: Mapping[str, str], at: float) -> str | None:
+    """A creep's growth a day (the rule's own value), how long it has grown, and when it crosses
+    the paging threshold at that rate; None for a step or a series that is not creeping."""
+    name = labels.get("alertname", "")
+    q = next((q for q in QUANTITIES if name.startswith(q.key) and q.compare == "ratio" and q.direction == "up"), None)
+    if q is None or name.endswith("Step"):
+        return None
+    match = {k: labels[k] for k in ("target", "model") if labels.get(k)}
+    forecast = q.forecast
+    slope = slope_of(history, q, match, at, forecast.threshold if forecast else None)
+    if slope is None or slope.per_day is None or slope.now is None:
+        return None
+    text = f"{q.what} {slope.per_day * 100:+.1f} %/day"
+    if slope.days:
+        text += f" over {'at least ' if slope.at_least else ''}{slope.days:.0f} days"
+    now = f"{slope.now * 1000:.0f} ms" if q.key != "ErrorRatio" and slope.now < 1 else (
+        f"{slope.now * 100:.2f} %" if q.key == "ErrorRatio" else f"{slope.now:.2f} s")
+    text += f", {now} now"
+    if forecast is not None and slope.crosses_in_days is not None:
+        text += f", crosses {forecast.shown} in ~{slope.crosses_in_days:.0f} days"
+    return text
 
 
 def _quality_context(labels: Mapping[str, str], views: Views) -> Context:

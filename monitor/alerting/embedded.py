@@ -218,6 +218,8 @@ class EmbeddedEvaluator:
                 alerts.append(self._as_alert(transition, self._explained(state.rule.key, transition)))
             if state.last_error and state.last_error != previous_error:  # once when it starts or changes
                 log.warning("alert rule %s: %s", state.rule.name, state.last_error)
+        if fresh_points and self.history is not None:  # the slopes read the levels the rules just read
+            self.trends = trend_rows(self.history, ts, over_history)
         self.last_ts = ts
         self._publish()
         return alerts
@@ -229,7 +231,6 @@ class EmbeddedEvaluator:
         closed = self.history.observe(samples, ts)
         if closed:
             self.history_days.extend(self.history.take_dirty())
-            self.trends = trend_rows(self.history, ts)
         return closed
 
     def take_history_days(self) -> list[StoredDay]:

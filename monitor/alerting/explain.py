@@ -91,6 +91,8 @@ def context_text(context: Context) -> str:
     if context.cost is not None:
         lines += _cost_lines(context.cost)
     if context.trend is not None:
+        if context.trend.slope is not None:
+            lines.append(f"growth: {context.trend.slope}")
         lines += _lines("vs. the same hours a week ago:", context.trend, _TREND_LINES)
         if context.trend.engine_change is not None:
             lines.append(f"engine change: {context.trend.engine_change}")

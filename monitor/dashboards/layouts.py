@@ -7,7 +7,11 @@ a `target` label (`target=""`), as the monitor and the generated recording rules
 
 from __future__ import annotations
 
+import dataclasses
+
 from monitor.dashboards.spec import DashboardSpec, PanelSpec, Query, Row, Variable
+from monitor.history.slope import quantity
+from monitor.rulefiles.trends import Builder
 
 SVC = 'target=~"$target",target!="",model=~"$model",window="$window"'
 FLEET = 'target="",model=~"$model",window="$window"'
@@ -146,6 +150,10 @@ INFRASTRUCTURE = DashboardSpec(
 )
 
 _TTFT_P99 = 'inference_ttft_seconds{quantile="0.99",window="5m",target=~"$target",model=~"$model"}'
+# The TTFT creep rule's growth a day (percent a day), its own PromQL over the dashboard's targets and models.
+_TTFT_GROWTH = Builder(dataclasses.replace(
+    quantity("TTFTP99"), selector='inference_ttft_seconds{quantile="0.99",window="5m",target=~"$target",target!="",'
+                                 'model=~"$model"}'), "up").per_day_shown()
 
 SERVICE = DashboardSpec(
     uid=f"{UID_PREFIX}service", title="Inference monitor / Service",
@@ -177,6 +185,11 @@ SERVICE = DashboardSpec(
                       unit="percentunit", thresholds=False,
                       description="P99 TTFT over the last 6 hours against the same hours one and two weeks before "
                                   "(1 = unchanged). The trend rules ticket a creep above 108 % of both."),
+            PanelSpec("P99 TTFT growth a day", "inference_ttft_seconds",
+                      (Query(_TTFT_GROWTH, "{{target}} {{model}}"),), unit="percent", thresholds=False,
+                      description="The TTFT creep rule's value (alerts/trend.yml): the larger of the week-over-week "
+                                  "growth taken to a day and the growth over the last day and a half, in percent a "
+                                  "day. It tickets where the level is also above both earlier weeks."),
             _quantiles("inference_prefill_time_seconds", "Prefill time"),
             _quantiles("inference_decode_time_seconds", "Decode time"),
         )),

@@ -3,8 +3,10 @@
 What an SRE reads on Monday in a "what is slowly getting worse" ticket: per model, the mean of
 its P99 TTFT, TPOT and E2E latency, error ratio, $/1M generated tokens and judge score over the
 last 7 days against the 7 days before (whole weeks: a daily and weekly rhythm cancels out), the
-daily medians of the last 30 days for a sparkline, and the trend alerts (creeps and steps) that
-fired in the week. The model's own series are read (the fleet-wide figure of the model, without a
+daily medians of the last 30 days for a sparkline, where the creep rule's condition holds on the
+model's series its growth a day, for how long and when it crosses the paging threshold
+(`slope.py`: the rule's own PromQL, over the stored days), and the trend alerts (creeps and steps)
+that fired in the week. The model's own series are read (the fleet-wide figure of the model, without a
 `target` label), as the monitor exports them and the history stores them (`history.series`).
 """
 
@@ -12,10 +14,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from monitor.history.slope import Key, Slope, StoredHistory, fleet, of_metric, pick, slopes
 from monitor.history.store import DAY, SLOTS, STEP, HistoryTables, StoredDay
 
 WEEK = 7 * DAY
@@ -37,6 +40,8 @@ class Figure:
     this_week: float | None  # mean of the points in (now - 7 d, now]
     last_week: float | None  # ... in (now - 14 d, now - 7 d]
     daily: list[float | None]  # the median of each UTC day's points, the last SPARKLINE_DAYS days
+    slope: Slope | None = None  # its trend quantity's growth a day, for how long, its crossing
+    crosses: str = ""  # the threshold the crossing is told against ("1 s")
 
     @property
     def ratio(self) -> float | None:
@@ -46,6 +51,11 @@ class Figure:
         if self.last_week == 0:
             return 1.0 if self.this_week == 0 else None
         return self.this_week / self.last_week
+
+    @property
+    def per_day(self) -> float | None:
+        """The growth a day (0.03: +3 %/day) where the creep rule's condition holds, else None."""
+        return self.slope.per_day if self.slope is not None else None
 
 
 @dataclass(frozen=True)
@@ -81,11 +91,32 @@ def model_weeks(days: Iterable[StoredDay], now: float) -> list[ModelWeek]:
         if figure is not None:
             points.setdefault((stored.labels["model"], figure), []).append(stored)
     models = sorted({model for model, _ in points})
+    found = _slopes(points, now)
     out = []
     for model in models:
         figures = {name: _figure(points.get((model, name), []), now) for name in FIGURES}
+        for name, (by_key, crosses) in found.items():
+            slope = pick(by_key, {"model": model})
+            if slope is not None:
+                shown = crosses if slope.crosses_in_days is not None else ""
+                figures[name] = replace(figures[name], slope=slope, crosses=shown)
         if any(f.this_week is not None or f.last_week is not None for f in figures.values()):
             out.append(ModelWeek(model, figures))
+    return out
+
+
+def _slopes(points: Mapping[tuple[str, str], list[StoredDay]], now: float) -> dict[str, tuple[dict[Key, Slope], str]]:
+    """figure -> every model's slope of its trend quantity (over the fleet-wide series), and the
+    threshold its crossing is told against; for the figures with a growth a day as a fraction."""
+    out = {}
+    for name, (metric, _) in FIGURES.items():
+        q = of_metric(metric)
+        days = [d for (_, figure), found in points.items() if figure == name for d in found]
+        if q is None or not days:
+            continue
+        forecast = fleet(q).forecast
+        out[name] = (slopes(StoredHistory(days), fleet(q), now, forecast.threshold if forecast else None),
+                     forecast.shown if forecast else "")
     return out
 
 
@@ -132,11 +163,24 @@ def _mean(times: np.ndarray, values: np.ndarray, start: float, end: float) -> fl
 
 
 def as_json(digest: Digest) -> dict[str, object]:
-    def number(value: float | None) -> float | None:
-        return None if value is None or not math.isfinite(value) else value
-
     return {"now": digest.now, "models": [
         {"model": m.model,
-         "figures": {name: {"this_week": number(f.this_week), "last_week": number(f.last_week),
-                            "ratio": number(f.ratio), "daily": f.daily} for name, f in m.figures.items()},
+         "figures": {name: {"this_week": _number(f.this_week), "last_week": _number(f.last_week),
+                            "ratio": _number(f.ratio), "daily": f.daily, **_slope_json(f)}
+                     for name, f in m.figures.items()},
          "fired": [vars(alert) for alert in m.fired]} for m in digest.models]}
+
+
+def _number(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else value
+
+
+def _slope_json(figure: Figure) -> dict[str, object]:
+    """The growth a day where the creep rule's condition holds (None elsewhere: no slope), with the
+    keys of the overview's trend rows."""
+    slope = figure.slope
+    if slope is None or slope.per_day is None:
+        return {"per_day": None, "growing_days": None, "growing_at_least": False, "crosses_in_days": None,
+                "crosses": None}
+    return {"per_day": _number(slope.per_day), "growing_days": slope.days, "growing_at_least": slope.at_least,
+            "crosses_in_days": _number(slope.crosses_in_days), "crosses": figure.crosses or None}

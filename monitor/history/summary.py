@@ -2,7 +2,8 @@
 
 For each model's P99 TTFT the history keeps in memory: its mean over the last 6 hours, the same
 hours one and two weeks before (as changes: +0.68 is "+68 % vs 2 weeks ago"), and one point a day
-(the day's median) for a sparkline of up to 30 days.
+(the day's median) for a sparkline of up to 30 days; where the TTFT creep rule's condition holds, its
+growth a day, for how long it has grown and when it crosses the paging threshold (`slope.py`).
 """
 
 from __future__ import annotations
@@ -13,18 +14,24 @@ from typing import Any
 import numpy as np
 
 from monitor.history.keeper import RECENT, WEEK, HistoryKeeper, week_over_week
+from monitor.history.slope import Slope, pick, quantity, slopes
 from monitor.history.store import DAY
+from monitor.rulefiles.promql import HistoryAt
 
 SPARKLINE_DAYS = 30  # (the history keeps a day more of the series shown)
 TTFT = "inference_ttft_seconds"
 SHOWN = {"quantile": "0.99", "window": "5m"}
+CREEP = quantity("TTFTP99")  # its forecast: the threshold the crossing time is told against
 
 
-def trend_rows(history: HistoryKeeper | None, now: float) -> list[dict[str, Any]]:
-    """One row per target and model with a P99 TTFT in the history, sorted by the 2-week change."""
+def trend_rows(history: HistoryKeeper | None, now: float, here: HistoryAt | None = None) -> list[dict[str, Any]]:
+    """One row per target and model with a P99 TTFT in the history, sorted by the 2-week change.
+    `here`: the history read at `now` the trend rules were evaluated on (the slope reads its levels)."""
     if history is None:
         return []
     rows = []
+    forecast = CREEP.forecast
+    found = slopes(history, CREEP, now, forecast.threshold if forecast else None, here)
     for track in history.tracks(TTFT):
         labels = track.labels
         if any(labels.get(k) != v for k, v in SHOWN.items()) or not labels.get("target"):
@@ -37,8 +44,19 @@ def trend_rows(history: HistoryKeeper | None, now: float) -> list[dict[str, Any]
         two = week_over_week(history, TTFT, match, now, back=2 * WEEK)
         rows.append({"target": labels["target"], "model": labels.get("model"), "metric": "ttft_p99_seconds",
                      "now": float(np.mean(recent)), "vs_1w": _change(week), "vs_2w": _change(two),
-                     "daily": _daily(track.ts, track.values, now)})
+                     "daily": _daily(track.ts, track.values, now), **_slope(pick(found, match))})
     return sorted(rows, key=lambda r: (-(r["vs_2w"] if r["vs_2w"] is not None else -math.inf), r["target"]))
+
+
+def _slope(slope: Slope | None) -> dict[str, Any]:
+    """The growth a day (0.03: +3 %/day) where the creep rule's condition holds; None elsewhere."""
+    if slope is None or slope.per_day is None:
+        return {"per_day": None, "growing_days": None, "growing_at_least": False, "crosses_in_days": None,
+                "crosses": None}
+    crosses = slope.crosses_in_days
+    return {"per_day": slope.per_day, "growing_days": slope.days, "growing_at_least": slope.at_least,
+            "crosses_in_days": crosses, "crosses": CREEP.forecast.shown if crosses is not None and CREEP.forecast
+            else None}
 
 
 def _change(ratio: float | None) -> float | None:

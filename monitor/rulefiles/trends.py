@@ -13,8 +13,9 @@ The building blocks, for a quantity's level ``L(o) = avg_over_time(x[window] off
 - ``two(o)  = L(o) / L(o + 2w)``: against two weeks before.
 - **growing**: ``two(o) / two(o + half)`` is the growth over `half` with the rhythm cancelled, exact
   for a creep younger than two weeks; read over two halves that do not overlap (so a one-time step
-  lies in one of them at most) and twice, `reading` apart (so a step astride a window edge does not
-  count either).
+  lies in one of them at most), the newer half growing at least a quarter as much as the older (a
+  creep grows evenly, a step in one half), and twice, `reading` apart (so a step astride a window
+  edge does not count either).
 - **sustained**: ``wow(0)`` and ``wow(1w)`` both up (the level grew in each of the last two weeks,
   which a step cannot do) and ``wow(0)`` not falling over the last `half`: a creep older than a week.
 - **creep**  = above both earlier weeks, and growing or sustained: a creep stays a creep for as long
@@ -81,7 +82,8 @@ class Quantity:
     selector: str
     window: int  # seconds of each level
     half: int  # seconds of each growth half
-    reading: int  # the second reading, this much earlier
+    reading: int  # the second reading, this much earlier: at least `window`, so that a step astride a
+    # half's edge in one reading is wholly inside a half in the other
     thresholds: Thresholds
     layer: str
     subject: str  # "{{ $labels.model }} on {{ $labels.target }}"
@@ -138,7 +140,13 @@ class Builder:
     def growing(self) -> list[str]:
         q, t = self.q, self.q.thresholds
         offsets = (0, q.half, q.reading, q.reading + q.half)
-        return [f"{self.grew(o)} > {t.grow:g}" for o in offsets]
+        grown = [f"{self.grew(o)} > {t.grow:g}" for o in offsets]
+        # Even: the newer half grew at least a quarter as much as the older one (in log terms). A step
+        # grows one half only, so where noise lifts the other past `grow` (its reading astride the
+        # step) it is still no creep; and a creep that stopped stops being one within its newer half.
+        even = [f"{self.grew(o)} > {self.grew(o + q.half)} ^ 0.25" if self.ratio
+                else f"{self.grew(o)} > {self.grew(o + q.half)} / 4" for o in (0, q.reading)]
+        return grown + even
 
     def sustained(self) -> list[str]:
         t, low = self.q.thresholds, self.q.thresholds.falling
@@ -184,7 +192,7 @@ def _or(parts: Iterable[str]) -> str:
 
 # --- the quantities --------------------------------------------------------------------------
 
-LATENCY = Thresholds(above_1w=1.05, above_2w=1.08, grow=1.008, sustain=1.03, falling=0.992, step=1.08, flat=1.015)
+LATENCY = Thresholds(above_1w=1.05, above_2w=1.08, grow=1.008, sustain=1.03, falling=0.985, step=1.08, flat=1.015)
 PER_DAY = Thresholds(above_1w=1.05, above_2w=1.10, grow=1.01, sustain=1.03, falling=0.99, step=1.15, flat=1.03)
 ERRORS = Thresholds(above_1w=1.3, above_2w=1.5, grow=1.05, sustain=1.15, falling=0.95, step=2.0, flat=1.2)
 SCORE = Thresholds(above_1w=0.15, above_2w=0.3, grow=0.03, sustain=0.1, falling=-0.05, step=0.3, flat=0.1)
@@ -208,20 +216,20 @@ QUANTITIES: tuple[Quantity, ...] = (
     _latency("E2ELatencyP99", "P99 end-to-end latency", "inference_e2e_latency_seconds", "E2ELatencyP99Creep",
              "E2ELatencyP99Step", None),
     Quantity("ErrorRatio", "the error ratio", 'inference_request_error_ratio{window="5m",target!=""}', window=DAY,
-             half=36 * 3600, reading=12 * 3600, thresholds=ERRORS, layer="service", subject=_TARGET,
+             half=36 * 3600, reading=DAY, thresholds=ERRORS, layer="service", subject=_TARGET,
              where=_ON_TARGET, creep="ErrorRatioCreep", step="ErrorRatioStep",
              forecast=Forecast("ErrorRatioCreepForecast", 0.01, "1 %", "ErrorRateHigh"),
              floor='avg_over_time(inference_request_error_ratio{window="5m",target!=""}[1d]) > 0.001'),
     Quantity("CostPerToken", "$/1M generated tokens",
              'inference_cost_usd_per_million_tokens{window="5m",tokens="generated",model!=""}', window=DAY,
-             half=36 * 3600, reading=12 * 3600, thresholds=PER_DAY, layer="cost", subject="{{ $labels.model }}",
+             half=36 * 3600, reading=DAY, thresholds=PER_DAY, layer="cost", subject="{{ $labels.model }}",
              where="of {{ $labels.model }}", creep="CostPerTokenCreep", step="CostPerTokenStep"),
     Quantity("QualityScore", "the mean judge score", "inference_quality_score_mean", window=3 * DAY, half=3 * DAY,
-             reading=DAY, thresholds=SCORE, layer="quality", subject="{{ $labels.model }}",
+             reading=3 * DAY, thresholds=SCORE, layer="quality", subject="{{ $labels.model }}",
              where="of {{ $labels.model }}", creep="QualityScoreDeclineOverWeeks", compare="difference",
              direction="down"),
     Quantity("OutputLength", "the median output length", 'inference_quality_output_tokens{quantile="0.5"}',
-             window=3 * DAY, half=3 * DAY, reading=DAY, thresholds=LENGTH, layer="quality",
+             window=3 * DAY, half=3 * DAY, reading=3 * DAY, thresholds=LENGTH, layer="quality",
              subject="{{ $labels.model }}", where="of {{ $labels.model }}", creep="OutputLengthDriftOverWeeks",
              direction="both"),
 )

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from monitor.history.digest import WEEK, Digest, Figure, ModelWeek
-from monitor.web.page import change, ms, num, pct, usd
+from monitor.web.page import change, crossing, growth, ms, num, pct, usd
 from monitor.web.terminal import bars
 
 # figure -> its name in the digest and how its values are written
@@ -26,7 +26,8 @@ def _day(ts: float, time: bool = False) -> str:
 
 def digest_text(digest: Digest) -> str:
     lines = [f"What is slowly getting worse: the week {_day(digest.now - WEEK)} – {_day(digest.now)} (UTC) "
-             "against the week before (means of the 5-minute points; sparkline: 30 days' daily medians)", ""]
+             "against the week before (means of the 5-minute points; sparkline: 30 days' daily medians; growth a day: "
+             "the creep rule's value, where it holds)", ""]
     if not digest.models:
         lines.append("No model has history in the last two weeks (history.enabled, `infermon history import`).")
     for model in digest.models:
@@ -50,4 +51,14 @@ def _model_lines(model: ModelWeek) -> list[str]:
 def _figure(figure: Figure, write: Callable[[float | None], str]) -> str:
     ratio = figure.ratio
     moved = change(ratio - 1) if ratio is not None else "–"
-    return f"{write(figure.this_week):>12}  {moved:>7} vs {write(figure.last_week):<12} {bars(figure.daily)}"
+    line = f"{write(figure.this_week):>12}  {moved:>7} vs {write(figure.last_week):<12} {bars(figure.daily)}"
+    return line + _slope(figure)
+
+
+def _slope(figure: Figure) -> str:
+    """"  +3.0 %/day over 21 days, crosses 1 s in ~20 days" where the creep rule's condition holds."""
+    slope = figure.slope
+    if slope is None or slope.per_day is None:
+        return ""
+    when = crossing(slope.crosses_in_days, figure.crosses)
+    return f"  {growth(slope.per_day, slope.days, slope.at_least)}" + (f", {when}" if when else "")

@@ -32,7 +32,7 @@ def environment() -> Environment:
                       trim_blocks=True, lstrip_blocks=True)
     env.filters.update(num=num, ms=ms, quantile_ms=quantile_ms, pct=pct, usd=usd, gib=gib, ago=ago, clock=clock,
                        by_unit=by_unit, change=change, daily=daily)
-    env.globals.update(sparkline=sparkline, slo=slo, above=above)
+    env.globals.update(sparkline=sparkline, slo=slo, above=above, growth=growth, crossing=crossing)
     return env
 
 
@@ -107,6 +107,25 @@ def quantile_ms(seconds: Any, below: Any = None) -> str:
 def change(ratio: Any) -> str:
     """A relative change: +0.68 -> "+68 %"."""
     return f"{ratio * 100:+.0f} %" if _ok(ratio) else "–"
+
+
+def growth(per_day: Any, days: Any = None, at_least: bool = False) -> str:
+    """A creep's growth a day and how long it has grown: "+3.0 %/day over 21 days"; "" without one
+    (a flat series shows no slope, not "+0.0 %/day")."""
+    if not _ok(per_day):
+        return ""
+    text = f"{per_day * 100:+.1f} %/day"
+    if _ok(days) and days > 0:
+        text += f" over {'at least ' if at_least else ''}{days:g} day{'' if days == 1 else 's'}"  # 12-hour steps
+    return text
+
+
+def crossing(days: Any, threshold: Any) -> str:
+    """When a creep crosses its paging threshold: "crosses 1 s in ~20 days"; "" without a crossing."""
+    if not _ok(days) or not threshold:
+        return ""
+    when = f"{days * 24:.0f} h" if days < 1 else (f"{days:.1f} days" if days < 10 else f"{days:.0f} days")
+    return f"crosses {threshold} in ~{when}"
 
 
 def daily(values: Any) -> str:

@@ -17,7 +17,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from monitor.web.page import above, change, gib, ms, num, pct, quantile_ms, slo, usd
+from monitor.web.page import above, change, crossing, gib, growth, ms, num, pct, quantile_ms, slo, usd
 
 _STYLE = {"ok": "green", "firing": "bold red", "failing": "yellow", "not configured": "dim",
           "good": "green", "warn": "yellow", "bad": "bold red", "": ""}
@@ -229,23 +229,35 @@ def _trend_text(t: dict[str, Any]) -> Text:
     return text.append(f" ({change(t.get('vs_1w'))} vs 1 week)  {bars(t.get('daily') or [])}")
 
 
+def _slope_text(t: dict[str, Any]) -> Text:
+    """The creep's growth a day and its crossing ("" where the creep rule's condition does not hold)."""
+    text = Text(growth(t.get("per_day"), t.get("growing_days"), bool(t.get("growing_at_least"))), style="yellow")
+    when = crossing(t.get("crosses_in_days"), t.get("crosses"))
+    if when:
+        days = t.get("crosses_in_days")
+        text.append(f", {when}", style=_STYLE["bad" if isinstance(days, int | float) and days < 7 else "warn"])
+    return text
+
+
 def _trend_lines(o: dict[str, Any]) -> list[Text]:
     rows = o.get("trends") or []
     lines = [_head("Week over week")] if rows else []
     for t in rows:
         lines.append(Text(f"  {t['target']}  {t.get('model') or '–'}"))
         lines.append(Text("    ").append(_trend_text(t)))
+        if t.get("per_day") is not None:
+            lines.append(Text("    ").append(_slope_text(t)))
     return lines
 
 
 def _trends(o: dict[str, Any]) -> Table:
     table = Table(title="Week over week (last 6 h vs the same hours before)", title_justify="left", box=None)
-    for name in ("target", "model", "P99 TTFT 6 h", "vs 1 week", "vs 2 weeks", "daily P99, 30 days"):
+    for name in ("target", "model", "P99 TTFT 6 h", "vs 1 week", "vs 2 weeks", "growth a day", "daily P99, 30 days"):
         table.add_column(name, justify="right" if name.startswith(("P99", "vs")) else "left")
     for t in o.get("trends") or []:
         table.add_row(t["target"], t.get("model") or "–", ms(t.get("now")), change(t.get("vs_1w")),
                       Text(change(t.get("vs_2w")), style=_STYLE[above(t.get("vs_2w"), 0.08, 0.3)]),
-                      bars(t.get("daily") or []))
+                      _slope_text(t), bars(t.get("daily") or []))
     return table
 
 

@@ -103,9 +103,10 @@ class Replay:
             for step in range(steps + 1):
                 ts = step * self.evaluation_interval
                 samples = self._samples(series, interval, ts)
+                over_history = HistoryAt(history, ts)  # one for every trend rule, as the embedded evaluator's
                 snapshot: dict[str, list[dict[str, dict[str, str]]]] = {}
                 for state in states:
-                    state.evaluate(HistoryAt(history, ts) if state.rule.trend else samples, ts)
+                    state.evaluate(over_history if state.rule.trend else samples, ts)
                     for alert in state.active.values():
                         if alert.state == "firing":
                             labels = {k: v for k, v in alert.labels.items() if k != "alertname"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ import yaml
 
 from monitor.catalog import CATALOG
 from monitor.dashboards.generated import generated_files
+from monitor.rulefiles.trends import QUANTITIES, Builder
 from tests.conftest import require_binary
 from tests.dashboards.panels import (
     ROOT,
@@ -70,7 +72,9 @@ def test_every_panel_has_a_unit_and_units_follow_the_metric_names() -> None:
             unit = panel["fieldConfig"]["defaults"].get("unit")
             assert unit, (name, panel["title"])
             exprs = " ".join(t["expr"] for t in panel["targets"])
-            if _against_the_past(exprs):  # a ratio of a series to itself weeks before (the trend rules')
+            if _growth_a_day(exprs):  # the creep rule's growth a day, in percent a day
+                assert unit == "percent", (name, panel["title"])
+            elif _against_the_past(exprs):  # a ratio of a series to itself weeks before (the trend rules')
                 assert unit == "percentunit", (name, panel["title"])
             elif re.search(r"inference_\w+_seconds\{", exprs) and "timestamp" not in exprs:
                 assert unit == "s", (name, panel["title"])
@@ -82,6 +86,20 @@ def test_every_panel_has_a_unit_and_units_follow_the_metric_names() -> None:
 
 def _against_the_past(exprs: str) -> bool:
     return " offset " in exprs and " / " in exprs
+
+
+def _growth_a_day(exprs: str) -> bool:
+    return "^ (1 / 7)" in exprs
+
+
+def test_the_growth_a_day_panel_is_the_creep_rules_value() -> None:
+    """The service dashboard plots the TTFT creep rule's own growth a day (rulefiles/trends.py),
+    over the dashboard's targets and models."""
+    growth = next(p for p in panels(dashboards()["service.json"]) if p["title"] == "P99 TTFT growth a day")
+    q = next(q for q in QUANTITIES if q.key == "TTFTP99")
+    selector = q.selector.replace('target!=""', 'target=~"$target",target!="",model=~"$model"')
+    assert [t["expr"] for t in growth["targets"]] == [Builder(replace(q, selector=selector), "up").per_day_shown()]
+    assert growth["fieldConfig"]["defaults"]["unit"] == "percent"
 
 
 def _rule_numbers() -> dict[str, set[float]]:

@@ -45,6 +45,9 @@ NO_DATA = {
     ("service.json", "P99 TTFT week over week"):
         "needs the same hours one and two weeks back; the trend rules' ratios against a real Prometheus "
         "holding weeks: tests/history/test_trend_exact.py, test_weeks_both_evaluators.py",
+    ("service.json", "P99 TTFT growth a day"):
+        "needs two weeks and a day and a half back; the creep rule's growth a day against a real Prometheus "
+        "holding weeks: tests/history/test_trend_exact.py",
     ("service.json", "Mean prompt time per token (llama.cpp)"):
         "the demo's engines are vLLM; llama.cpp's busy-time counters: tests/service/test_llamacpp_live.py",
     ("service.json", "Mean time per generated token (llama.cpp)"):

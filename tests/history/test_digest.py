@@ -4,6 +4,8 @@ known weeks, and the trend alerts that fired in the week."""
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -142,3 +144,39 @@ def test_an_empty_store_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("INFERMON_STORAGE__URL", f"sqlite:///{tmp_path / 'empty.db'}")
     result = CliRunner().invoke(app, ["digest", "--week"])
     assert result.exit_code == 0 and "No model has history" in result.output
+
+
+def test_the_digest_says_a_creeps_growth_a_day_in_text_and_json(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model creeping +3 %/day for 21 days (its fleet-wide series, as the digest reads a model):
+    the creep rule's growth a day, how long, and when it crosses 1 s; a seasonal model: none."""
+    from tests.history.worlds import World, creeping, seasonal, stored_days
+
+    url = f"sqlite:///{tmp_path / 'creep.db'}"
+    monkeypatch.setenv("INFERMON_STORAGE__URL", url)
+    monkeypatch.setattr("time.time", lambda: NOW)
+    creep_shape = creeping(seasonal(0.3), NOW - 21 * DAY, 0.03)
+    world = World("inference_ttft_seconds", {
+        (("model", "creeping"), ("quantile", "0.99"), ("window", "5m")): creep_shape,
+        (("model", "steady"), ("quantile", "0.99"), ("window", "5m")): seasonal(0.3),
+    })
+    store = Store(url)
+    HistoryTables(store.engine).write(stored_days([world], NOW - 30 * DAY, NOW))
+    store.close()
+    runner = CliRunner()
+    text = runner.invoke(app, ["digest", "--week"])
+    assert text.exit_code == 0, text.output
+    ttft = {block.split("\n")[0]: next(line for line in block.split("\n") if "P99 TTFT" in line)
+            for block in text.output.split("\n\n")[1:] if "P99 TTFT" in block}
+    shown = re.search(r"([+-][0-9.]+) %/day over ([0-9.]+) days, crosses 1 s in ~([0-9.]+) days", ttft["creeping"])
+    assert shown is not None, ttft["creeping"]
+    assert float(shown[1]) == pytest.approx(3.0, abs=0.3) and float(shown[2]) == pytest.approx(21, abs=1.5)
+    assert "%/day" not in ttft["steady"]
+    data = {m["model"]: m["figures"]["ttft_p99_seconds"]
+            for m in json.loads(runner.invoke(app, ["digest", "--week", "--json"]).output)["models"]}
+    creep = data["creeping"]
+    assert creep["per_day"] == pytest.approx(0.03, abs=0.003) and creep["growing_days"] == pytest.approx(21, abs=1.5)
+    assert not creep["growing_at_least"] and creep["crosses"] == "1 s"
+    level = float(np.mean([creep_shape(NOW - s) for s in range(0, 6 * 3600, STEP)]))  # the last 6 hours
+    assert creep["crosses_in_days"] == pytest.approx(math.log(1 / level) / math.log(1.03), rel=0.1)
+    assert data["steady"]["per_day"] is None and data["steady"]["crosses_in_days"] is None

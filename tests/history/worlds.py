@@ -1,9 +1,10 @@
-"""Two-week histories of the monitor's own series, 5-minute points, for the trend rules.
+"""Weeks of the monitor's own series, 5-minute points, for the trend rules.
 
 Every world has a day and a week in it (busy afternoons, quiet weekends: the same every week),
 a little seeded noise, and then what sets it apart: nothing (seasonal), a creep of a few percent
 a day from some point on, or a one-time step. Written as OpenMetrics (for a real Prometheus,
-through `promtool tsdb create-blocks-from openmetrics`) and as stored days (for the history).
+through `promtool tsdb create-blocks-from openmetrics`), as stored days (for the history) or as
+a `Tracks` history of numpy tracks (for the trend evaluator alone).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from monitor.history.store import DAY, SLOTS, STEP, StoredDay
+from monitor.rulefiles.promql import Track
 from monitor.sim.week import growth, rhythm, step
 
-__all__ = ["DAY", "WEEK", "World", "creeping", "openmetrics", "seasonal", "stepped", "stored_days"]
+__all__ = ["DAY", "WEEK", "Tracks", "World", "creeping", "openmetrics", "seasonal", "stepped", "stored_days"]
 
 WEEK = 7 * DAY
 LabelTuple = tuple[tuple[str, str], ...]
@@ -77,3 +79,20 @@ def stored_days(worlds: Iterable[World], start: float, end: float) -> list[Store
                 days.setdefault(day, np.full(SLOTS, np.nan))[slot] = value
             out.extend(StoredDay(world.name, dict(labels), day, values) for day, values in sorted(days.items()))
     return out
+
+
+class Tracks:
+    """The worlds' points as the trend evaluator's history (`monitor.rulefiles.promql.History`):
+    numpy tracks by metric, without a store or a keeper in between."""
+
+    def __init__(self, worlds: Iterable[World], start: float, end: float, seed: int = 7) -> None:
+        self.by_name: dict[str, list[Track]] = {}
+        for world in worlds:
+            for labels, points in world.points(start, end, seed).items():
+                at = np.array(points, dtype=float)
+                self.by_name.setdefault(world.name, []).append(
+                    Track({"__name__": world.name, **dict(labels)}, at[:, 0].copy(), at[:, 1].copy()))
+
+    def tracks(self, name: str) -> list[Track]:
+        return self.by_name.get(name, [])
+
