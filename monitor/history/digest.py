@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from monitor.history.slope import Key, Slope, StoredHistory, fleet, of_metric, pick, slopes
+from monitor.history.slope import Key, Slope, StoredHistory, fleet, of_metric, pick, row_fields, slopes
 from monitor.history.store import DAY, SLOTS, STEP, HistoryTables, StoredDay
 
 WEEK = 7 * DAY
@@ -166,21 +166,10 @@ def as_json(digest: Digest) -> dict[str, object]:
     return {"now": digest.now, "models": [
         {"model": m.model,
          "figures": {name: {"this_week": _number(f.this_week), "last_week": _number(f.last_week),
-                            "ratio": _number(f.ratio), "daily": f.daily, **_slope_json(f)}
+                            "ratio": _number(f.ratio), "daily": f.daily, **row_fields(f.slope, f.crosses)}
                      for name, f in m.figures.items()},
          "fired": [vars(alert) for alert in m.fired]} for m in digest.models]}
 
 
 def _number(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else value
-
-
-def _slope_json(figure: Figure) -> dict[str, object]:
-    """The growth a day where the creep rule's condition holds (None elsewhere: no slope), with the
-    keys of the overview's trend rows."""
-    slope = figure.slope
-    if slope is None or slope.per_day is None:
-        return {"per_day": None, "growing_days": None, "growing_at_least": False, "crosses_in_days": None,
-                "crosses": None}
-    return {"per_day": _number(slope.per_day), "growing_days": slope.days, "growing_at_least": slope.at_least,
-            "crosses_in_days": _number(slope.crosses_in_days), "crosses": figure.crosses or None}

@@ -22,6 +22,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -79,8 +80,22 @@ def _as_fraction(q: Quantity) -> bool:
 def slope_of(history: History, q: Quantity, match: Mapping[str, str], at: float,
              threshold: float | None = None) -> Slope | None:
     """The slope of the series of `q` whose labels hold `match` (of several, the fastest growing);
-    None without such a series in the history."""
-    return pick(slopes(history, q, at, threshold), match)
+    None without such a series in the history. Only those series are read (one alert's context
+    is not a pass over the fleet)."""
+    (name,) = _expr(Builder(q, "up").level()).metric_names
+    chosen = [track for track in history.tracks(name) if _holds(_key(track.labels), match)]
+    return pick(slopes(_Only(name, chosen), q, at, threshold), match)
+
+
+def row_fields(slope: Slope | None, threshold_shown: str) -> dict[str, Any]:
+    """A slope as the overview's trend rows and the digest's JSON carry it: None and no crossing
+    where the creep rule's condition does not hold (no "+0.0 %/day")."""
+    if slope is None or slope.per_day is None:
+        return {"per_day": None, "growing_days": None, "growing_at_least": False, "crosses_in_days": None,
+                "crosses": None}
+    crosses = slope.crosses_in_days
+    return {"per_day": slope.per_day, "growing_days": slope.days, "growing_at_least": slope.at_least,
+            "crosses_in_days": crosses, "crosses": (threshold_shown or None) if crosses is not None else None}
 
 
 def pick(found: Mapping[Key, Slope], match: Mapping[str, str]) -> Slope | None:

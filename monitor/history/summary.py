@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from monitor.history.keeper import RECENT, WEEK, HistoryKeeper, week_over_week
-from monitor.history.slope import Slope, pick, quantity, slopes
+from monitor.history.slope import pick, quantity, row_fields, slopes
 from monitor.history.store import DAY
 from monitor.rulefiles.promql import HistoryAt
 
@@ -31,6 +31,7 @@ def trend_rows(history: HistoryKeeper | None, now: float, here: HistoryAt | None
         return []
     rows = []
     forecast = CREEP.forecast
+    shown = forecast.shown if forecast else ""
     found = slopes(history, CREEP, now, forecast.threshold if forecast else None, here)
     for track in history.tracks(TTFT):
         labels = track.labels
@@ -44,19 +45,8 @@ def trend_rows(history: HistoryKeeper | None, now: float, here: HistoryAt | None
         two = week_over_week(history, TTFT, match, now, back=2 * WEEK)
         rows.append({"target": labels["target"], "model": labels.get("model"), "metric": "ttft_p99_seconds",
                      "now": float(np.mean(recent)), "vs_1w": _change(week), "vs_2w": _change(two),
-                     "daily": _daily(track.ts, track.values, now), **_slope(pick(found, match))})
+                     "daily": _daily(track.ts, track.values, now), **row_fields(pick(found, match), shown)})
     return sorted(rows, key=lambda r: (-(r["vs_2w"] if r["vs_2w"] is not None else -math.inf), r["target"]))
-
-
-def _slope(slope: Slope | None) -> dict[str, Any]:
-    """The growth a day (0.03: +3 %/day) where the creep rule's condition holds; None elsewhere."""
-    if slope is None or slope.per_day is None:
-        return {"per_day": None, "growing_days": None, "growing_at_least": False, "crosses_in_days": None,
-                "crosses": None}
-    crosses = slope.crosses_in_days
-    return {"per_day": slope.per_day, "growing_days": slope.days, "growing_at_least": slope.at_least,
-            "crosses_in_days": crosses, "crosses": CREEP.forecast.shown if crosses is not None and CREEP.forecast
-            else None}
 
 
 def _change(ratio: float | None) -> float | None:

@@ -187,7 +187,7 @@ class _Forgetful(dict[Any, Any]):
     """A cache that keeps nothing: every range function read afresh."""
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        pass
+        """Forget it: the next read of the same level evaluates it again."""
 
 
 def test_one_history_at_shared_by_rules_gives_each_rules_vector(keeper: HistoryKeeper) -> None:
