@@ -25,7 +25,7 @@ tools:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus prometheus-alertmanager docker-compose >/dev/null; \
 	  else echo "install the Debian packages 'prometheus', 'prometheus-alertmanager' and 'docker-compose' for the integration tests"; fi; }
-	@# PostgreSQL server binaries: the storage tests start their own private cluster (tests/postgres.py)
+	@# PostgreSQL server binaries: the storage tests start their own private cluster (tests/support/postgres.py)
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \

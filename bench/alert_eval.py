@@ -23,7 +23,6 @@ import statistics
 import time
 from pathlib import Path
 
-from bench.fleet_view import build
 from monitor.alerting.embedded import EmbeddedEvaluator
 from monitor.alerting.readback import PageReader, exposition_samples
 from monitor.config import SHIPPED_RULE_FILES
@@ -32,6 +31,7 @@ from monitor.rulefiles.rules import load_rules
 from monitor.service.render import render_service
 from monitor.service.view import TargetView
 from monitor.store.session import Store
+from tests.support.fleet import build
 
 ROOT = Path(__file__).resolve().parent.parent
 

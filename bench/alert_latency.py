@@ -23,14 +23,14 @@ from pathlib import Path
 
 import httpx
 
-from bench.alertrules import firing, name_of, short_rules
-from bench.promserver import PrometheusServer
 from monitor.config import Duration, load_settings
 from monitor.runtime import Monitor
 from monitor.sim import EngineConfig, LatencyProfile, SimServer, SimulatedEngine
 from monitor.sim.faults import FaultKind
 from monitor.sim.load import LoadConfig, run_load
-from tests.appserver import serve_app
+from tests.support.alertrules import firing, name_of, short_rules
+from tests.support.appserver import serve_app
+from tests.support.promserver import PrometheusServer
 
 PROFILE = LatencyProfile(prefill_s=0.04, prefill_per_token_s=0.0, per_token_s=0.004,
                          output_tokens=(20, 60), jitter=0.1)

@@ -40,15 +40,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from bench.alert_latency import FAULTS, PROFILE
-from bench.alertrules import short_rules
-from bench.amserver import AlertmanagerServer
-from bench.promserver import PrometheusServer
 from monitor.config import Duration, load_settings
 from monitor.runtime import Monitor
 from monitor.sim import EngineConfig, SimServer, SimulatedEngine
 from monitor.sim.faults import FaultKind
 from monitor.sim.load import LoadConfig, run_load
-from tests.appserver import serve_app
+from tests.support.alertrules import short_rules
+from tests.support.appserver import serve_app
+from tests.support.promserver import AlertmanagerServer, PrometheusServer
 
 PATHS = ("embedded", "alertmanager")
 OBSERVE_EVERY = "500ms"

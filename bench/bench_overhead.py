@@ -11,10 +11,10 @@ client's TTFT P50/P99 against the engine's own (its histogram, over the same win
 difference is what the client and the loopback path add. Where the achieved rate falls behind
 the offered one, or the added TTFT grows, the client (or the machine) is saturated.
 
-`--clients stream,openai,sdk` measures each level with each client, one after the other in the
+`--clients stream,openai` measures each level with each client, one after the other in the
 same session, so they compare on the same machine state: `stream` (the bench's own client and its
-default, monitor/loadtest/stream.py), `openai` (`--client openai`: the SDK less its per-chunk model
-building, lean.py) and `sdk` (the plain openai SDK, what the bench used before lean.py).
+default, monitor/loadtest/stream.py) and `openai` (`--client openai`: the openai SDK, as the canary
+uses it).
 """
 
 from __future__ import annotations
@@ -28,9 +28,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-from unittest import mock
-
-import openai
 
 from monitor.config import CostSettings
 from monitor.cost.prices import PriceBook
@@ -79,7 +76,7 @@ def main() -> None:
     parser.add_argument("--rates", default="20,50,100,200,400")
     parser.add_argument("--duration", type=float, default=4.0)
     parser.add_argument("--tokens", type=int, default=32)
-    parser.add_argument("--clients", default="stream", help="stream, openai, sdk or several (stream,openai), "
+    parser.add_argument("--clients", default="stream", help="stream, openai or several (stream,openai), "
                                                             "each level in turn")
     parser.add_argument("--loops", default="asyncio", help="asyncio, uvloop or both (asyncio,uvloop), each in turn")
     args = parser.parse_args()
@@ -130,9 +127,7 @@ def _loop(name: str) -> Any:
 def _client(name: str) -> Any:
     if name in ("stream", "openai"):
         return contextlib.nullcontext()
-    if name == "sdk":  # the SDK's own per-chunk models, as before lean.py
-        return mock.patch("monitor.loadtest.load.LeanAsyncOpenAI", openai.AsyncOpenAI)
-    raise SystemExit(f"--clients: stream, openai or sdk, not {name!r}")
+    raise SystemExit(f"--clients: stream or openai, not {name!r}")
 
 
 if __name__ == "__main__":

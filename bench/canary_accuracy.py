@@ -14,10 +14,10 @@ import argparse
 import asyncio
 import statistics
 
-from bench.forwarder import Forwarder
 from monitor.config import load_settings
 from monitor.runtime import Monitor
 from monitor.sim import DEFAULT_MODEL, EngineConfig, LatencyProfile, SimServer, SimulatedEngine
+from tests.support.forwarder import Forwarder
 
 MAX_TOKENS = 32
 

@@ -53,7 +53,7 @@ from bench.vllm_peer import (
     vllm_bench_command,
     vllm_bench_row,
 )
-from tests.vllm_real import MODEL_NAME, VllmServer, vllm_home
+from tests.support.vllm_real import MODEL_NAME, VllmServer, vllm_home
 
 LOAD_STARTS = "Starting main benchmark run"
 LOAD_ENDED = "Serving Benchmark Result"

@@ -47,9 +47,9 @@ import httpx
 import yaml
 from scipy.stats import linregress
 
-from bench.pages import grown, v1_page
 from bench.scale import stop_process
 from monitor.ports import free_port
+from tests.support.pages import grown, v1_page
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1024 * 1024

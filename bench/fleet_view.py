@@ -22,34 +22,11 @@ import gc
 import statistics
 import time
 
-import httpx
-
-from bench.pages import fleet_page, grown
-from monitor.config import load_settings
 from monitor.exporter import TextWriter, make_registry, render_text
-from monitor.health import HealthBook
 from monitor.service.collector import ServiceCollector
 from monitor.service.render import ServiceText, render_service
 from monitor.service.view import ServiceView
-
-
-def build(targets: int, models: int) -> tuple[ServiceCollector, float]:
-    text = fleet_page(engines=1, models=models)
-    settings = load_settings(None, {"service": {
-        "windows": ["1m", "5m"], "targets": [{"name": "t0", "url": "http://127.0.0.1:9/metrics"}]}}).service
-    collector = ServiceCollector(settings, httpx.AsyncClient(), HealthBook(), own_clients=True)
-    state = collector.targets["t0"]
-    start = 1.8e9
-    for step in range(120):  # two minutes at 1 s: the 1m window full, the 5m one filling
-        collector.pipeline.ingest(state, grown(text, 1 + 0.01 * step), False, start + step)
-    now = start + 119
-    state.up = True
-    state.derived = collector.pipeline.derive(state, now)
-    for index in range(1, targets):
-        clone = copy.copy(state)
-        clone.derived = copy.deepcopy(state.derived)
-        collector.targets[f"t{index}"] = clone
-    return collector, now
+from tests.support.fleet import build
 
 
 def main() -> None:

@@ -46,16 +46,15 @@ from typing import Any, TextIO
 import httpx
 import numpy as np
 
-from bench.pagefarm import process_cpu_seconds
-from bench.promserver import PrometheusServer
 from monitor.config import DEFAULT_HISTORY_SERIES
 from monitor.history.importer import CHUNK, covering, import_prometheus, selector_text
 from monitor.history.keeper import HistoryKeeper, Wanted, first_day, memory_days, wanted_of
 from monitor.history.store import DAY, SLOTS, STEP, HistoryTables, StoredDay
-from monitor.rulefiles.expr import Sample
-from monitor.rulefiles.promql import HistoryAt
+from monitor.rulefiles.promql import HistoryAt, Sample
 from monitor.rulefiles.rules import SHIPPED_DIR, AlertRule, RuleSet, load_rules
 from monitor.store.session import Store
+from tests.support.pagefarm import process_cpu_seconds
+from tests.support.promserver import PrometheusServer
 
 MiB = 1024 * 1024
 QUANTILES = ("0.5", "0.9", "0.99")

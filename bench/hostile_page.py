@@ -23,11 +23,11 @@ from typing import Any
 import httpx
 import yaml
 
-from bench.pages import v1_page
-from bench.pageserver import PageServer
 from bench.render_flood import measure, row, start_monitor
 from bench.scale import ROOT, monitor_config, stop_process
 from monitor.ports import free_port
+from tests.support.pages import v1_page
+from tests.support.pageserver import Page, PageServer
 
 
 def hostile_page(series: int) -> bytes:
@@ -55,16 +55,18 @@ def run(args: argparse.Namespace) -> None:
     page = hostile_page(args.series)
     workdir = Path(tempfile.mkdtemp(prefix="infermon-hostile-"))
     try:
-        with PageServer({"/good": lambda: good, "/hostile": lambda: page}) as pages:
+        with PageServer(keep_alive=True) as pages:
+            pages.set("/good", Page(good))
+            pages.set("/hostile", Page(page))
             print(f"hostile page: {args.series:,} unrecognised series, {len(page) / 1e6:.1f} MB; "
                   f"{args.targets} good targets of {len(good) / 1e3:.0f} KB", flush=True)
             for hostile in (False, True):
-                urls = [f"{pages.base}/good?t={i}" for i in range(args.targets)]
+                urls = [pages.url(f"/good?t={i}") for i in range(args.targets)]
                 port = free_port()
                 config = monitor_config(urls, args.interval, port, workdir, args.parse_workers)
                 settings = yaml.safe_load(config.read_text())
                 if hostile:
-                    settings["service"]["targets"].append({"name": "hostile", "url": f"{pages.base}/hostile"})
+                    settings["service"]["targets"].append({"name": "hostile", "url": pages.url("/hostile")})
                 config.write_text(yaml.safe_dump(settings))
                 monitor = start_monitor(config, port, workdir, ROOT)
                 url = f"http://127.0.0.1:{port}"

@@ -1,5 +1,5 @@
 """The HTTP path of one scrape alone: httpx (`fetch_page`, the injected-client path) against
-the target's own kept-alive connection (`fetch_target_page`: h11 over an asyncio protocol, what
+the target's own kept-alive connection (`fetch_target_page`: the wire's httptools client, monitor/wire/, what
 `infermon serve` scrapes with), and httpcore's pool (what it scraped with before) for reference.
 
 Sequential keep-alive GETs of the 55 KB V1 page and the ~1 MB fleet page from the page farm;
@@ -19,10 +19,10 @@ import time
 import httpcore
 import httpx
 
-from bench.pagefarm import PageFarm
-from bench.pages import fleet_page, v1_page
 from monitor.config import load_settings
 from monitor.scrape import fetch_page, fetch_target_page, target_connection
+from tests.support.pagefarm import PageFarm
+from tests.support.pages import fleet_page, v1_page
 
 
 async def with_httpx(url: str, count: int) -> list[float]:

@@ -22,9 +22,9 @@ from pathlib import Path
 import httpx
 import yaml
 
-from bench.pages import grown, v1_page
-from bench.pageserver import PageServer, growing
 from monitor.ports import free_port
+from tests.support.pages import grown, v1_page
+from tests.support.pageserver import PageServer, growing
 
 
 def rss_mib(pid: int) -> float:
@@ -41,13 +41,15 @@ def main() -> None:
     args = parser.parse_args()
     variants = [grown(v1_page(), 1 + 0.01 * i).encode() for i in range(int(args.seconds) + 30)]
     pages = {f"/t{i}/metrics": growing(variants) for i in range(args.targets)}
-    with PageServer(pages) as server, tempfile.TemporaryDirectory() as tmp:
+    with PageServer(keep_alive=True) as server, tempfile.TemporaryDirectory() as tmp:
+        for path, page in pages.items():
+            server.set(path, page)
         port = free_port()
         config = Path(tmp) / "config.yaml"
         config.write_text(yaml.safe_dump({
             "server": {"host": "127.0.0.1", "port": port, "log_level": "warning"},
             "service": {"scrape_interval": "3s", "windows": ["1m"], "baseline_window": "12m",
-                        "targets": [{"name": f"t{i}", "url": f"{server.base}/t{i}/metrics"}
+                        "targets": [{"name": f"t{i}", "url": server.url(f"/t{i}/metrics")}
                                     for i in range(args.targets)]},
             "storage": {"url": f"sqlite:///{tmp}/infermon.db"},
         }))

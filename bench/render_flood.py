@@ -31,10 +31,10 @@ from typing import Any
 
 import httpx
 
-from bench.pagefarm import PageFarm
-from bench.pages import grown, v1_page
 from bench.scale import ROOT, monitor_config, stop_process
 from monitor.ports import free_port
+from tests.support.pagefarm import PageFarm
+from tests.support.pages import grown, v1_page
 
 PATHS = ("/", "/api/v1/status")
 PROBE_PERIOD = 0.05

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import shutil
 import signal
 import statistics
@@ -30,10 +31,10 @@ from typing import Any
 import httpx
 import yaml
 
-from bench.pagefarm import PageFarm, process_cpu_seconds, process_rss_bytes
-from bench.pages import fleet_page, grown, v1_page
-from bench.promserver import PrometheusServer
 from monitor.ports import free_port
+from tests.support.pagefarm import PageFarm, process_cpu_seconds, process_rss_bytes
+from tests.support.pages import fleet_page, grown, v1_page
+from tests.support.promserver import PrometheusServer
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "recording.yml"
@@ -248,7 +249,7 @@ def measure(args: argparse.Namespace, farm: PageFarm, prom: PrometheusServer | N
         "rule_eval_s": None,
         "schedule": status["layers"]["service"].get("schedule"),
         "infra_ticks": (infra_ticks, int(elapsed // 5)),
-        "latency": {key: probe.summary() for key, probe in probes.items()},
+        "latency": {f"{side} {path}": probe.summary() for (side, path), probe in probes.items()},
         "reads": reads,
     }
     if prom is not None:
@@ -315,8 +316,8 @@ def report(result: dict[str, Any]) -> str:
         lines.append("  of which the monitor's process and each parse worker: " + ", ".join(
             f"{share:.0%} {size / mib:.0f} MiB" for share, size in result["infermon_processes"]))
     for path in ("/healthz", "/metrics"):
-        lines.append(row(f"{path} p50 / p99", result["latency"][("infermon", path)],
-                         result["latency"].get(("prometheus", path), "")))
+        lines.append(row(f"{path} p50 / p99", result["latency"][f"infermon {path}"],
+                         result["latency"].get(f"prometheus {path}", "")))
     if theirs:
         cpu_ratio = cpu["infermon"] / max(cpu["prometheus"], 1e-9)
         rss_ratio = rss["infermon"] / max(rss["prometheus"], 1)
@@ -353,6 +354,7 @@ def scale_arguments(description: str, models: int = 1, seconds: float = 240, war
     parser.add_argument("--reads", type=int, default=reads,
                         help="after the window: GET /api/v1/status, / and /api/v1/alerts this many times "
                              "each, /healthz probed meanwhile (0: none)")
+    parser.add_argument("--json", type=Path, help="also write what was measured to this file")
     return parser
 
 
@@ -364,7 +366,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.seconds <= args.warmup:
         parser.error("--seconds must exceed --warmup")
-    print(report(run(args)), flush=True)
+    result = run(args)
+    if args.json:
+        args.json.write_text(json.dumps(result))
+    print(report(result), flush=True)
 
 
 if __name__ == "__main__":

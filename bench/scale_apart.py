@@ -9,7 +9,8 @@ Prometheus' rules are what cost it most. When its rule groups miss iterations
 (`prometheus_rule_group_iterations_missed_total`), it did not keep up: it wanted more CPU than it
 used. Then its CPU is a floor of its demand, and the CPU ratio printed is a ceiling ("at most").
 
-    python -m bench.scale_apart [--targets 1000] [--models 10] [--seconds 200] [--warmup 80]
+    python -m bench.scale_apart [--targets 1000] [--models 10] [--seconds 200] [--warmup 80] [--json PATH]
+    python -m bench.scale_apart --report PATH      # a run's --json file, reported again
                                 [--parse-workers 2]
 
 Everything it starts (page farm processes, prometheus, the monitor) is stopped by pid at the end.
@@ -18,15 +19,17 @@ Everything it starts (page farm processes, prometheus, the monitor) is stopped b
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.pagefarm import PageFarm, process_cpu_seconds, process_rss_bytes
 from bench.scale import RulesPrometheus, page_variants, prom_value, scale_arguments
 from bench.scale import report as monitor_report
 from bench.scale import run as run_monitor
+from tests.support.pagefarm import PageFarm, process_cpu_seconds, process_rss_bytes
 
 MiB = 1024 * 1024
 
@@ -88,12 +91,19 @@ def report(monitor: dict[str, Any], prometheus: dict[str, Any]) -> str:
 def main() -> None:
     parser = scale_arguments(__doc__.split("\n", 1)[0], models=10, seconds=200, warmup=80, parse_workers=2,
                              reads=0)
+    parser.add_argument("--report", type=Path, help="run nothing: report the run this --json file holds")
     args = parser.parse_args()
+    if args.report:
+        sides = json.loads(args.report.read_text())
+        print(report(sides["monitor"], sides["prometheus"]))
+        return
     if args.seconds <= args.warmup:
         parser.error("--seconds must exceed --warmup")
     args.alone = True
     monitor = run_monitor(args)
     prometheus = run_prometheus(args)
+    if args.json:
+        args.json.write_text(json.dumps({"monitor": monitor, "prometheus": prometheus}))
     print(report(monitor, prometheus))
 
 

@@ -1,11 +1,11 @@
-"""`python -m bench.scorecard`: every fault scenario of bench/scenarios.py, then the healthy run,
+"""`python -m bench.scorecard`: every fault scenario of tests/support/scenarios.py, then the healthy run,
 and the table (alert recall and precision, cause accuracy, false alerts per healthy hour).
 
     python -m bench.scorecard                      # scenarios at speed 10, a 10-minute healthy run in real time
     python -m bench.scorecard --speed 30 --healthy-speed 30 --only error_burst,target_down
     python -m bench.scorecard --only slow_kv_tier,healthy_kv_tier     # a KV tier's rows (#45)
 
-`--speed` compresses the monitor's clock (see bench/scenarios.py); the healthy run defaults to
+`--speed` compresses the monitor's clock (see tests/support/scenarios.py); the healthy run defaults to
 real time, the demo's load for `--healthy-minutes`. Writes the table to stdout (markdown) and,
 with `--json PATH`, every transition of every scenario.
 """
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.scenarios import HEALTHY, QUIET, SCENARIOS, Outcome, run_scenario, score, table
+from tests.support.scenarios import HEALTHY, QUIET, SCENARIOS, Outcome, run_scenario, score, table
 
 
 async def run(names: set[str] | None, speed: float, healthy_speed: float, healthy_minutes: float) -> list[Outcome]:

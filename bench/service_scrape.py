@@ -1,7 +1,7 @@
 """Scrape + parse + derive of one engine page, side by side with the real Prometheus.
 
 Both scrape the same loopback pages once a second in the same run, each page served by a
-process of its own (bench.pagefarm): the V1 fixture (55 KB), 8 engines x 4 models (1.09 MB),
+process of its own (tests.support.pagefarm): the V1 fixture (55 KB), 8 engines x 4 models (1.09 MB),
 and one engine serving 10 models (342 KB, the page of `bench.scale --models 10`). We report
 our median collection time per page next to Prometheus' median `scrape_duration_seconds` and
 the ratio, then where our time goes: each stage of the scrape path run alone on the last page
@@ -22,14 +22,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import statistics
 import time
+from pathlib import Path
 
 import httpx
 
-from bench.pagefarm import PageFarm
-from bench.pages import fleet_page, grown, v1_page
-from bench.promserver import PrometheusServer
 from monitor.config import load_settings
 from monitor.exporter import TextWriter
 from monitor.health import HealthBook
@@ -41,6 +40,9 @@ from monitor.service.extract import Snapshot, extract
 from monitor.service.render import ServiceText
 from monitor.service.target import TargetState
 from monitor.service.view import ServiceView
+from tests.support.pagefarm import PageFarm
+from tests.support.pages import fleet_page, grown, v1_page
+from tests.support.promserver import PrometheusServer
 
 Stages = dict[str, float]  # stage -> median seconds
 REPEATS = 30
@@ -134,6 +136,18 @@ async def measure(url: str, seconds: float, pauses: bool = False) -> tuple[list[
     return timings[3:], http[5:], breakdown  # the first scrapes fill caches and windows
 
 
+def prometheus_median(prom: PrometheusServer, job: str, seconds: int) -> float:
+    """Prometheus' median `scrape_duration_seconds` of `job` over the last `seconds`; on a busy
+    machine its first scrapes of a job can come late, so it is asked again for up to 15 s."""
+    expr = f'quantile_over_time(0.5, scrape_duration_seconds{{job="{job}"}}[{seconds}s])'
+    deadline = time.monotonic() + 15
+    while not (result := prom.query(expr)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if not result:
+        raise RuntimeError(f"prometheus has no scrape of job {job} in the last {seconds} s")
+    return float(result[0]["value"][1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=40)
@@ -141,6 +155,8 @@ def main() -> None:
                         help="also a page of one engine serving this many models (#22 item 2's page); 0: none")
     parser.add_argument("--pauses", action="store_true",
                         help="also each page's collection back to back and after a 1 s busy wait")
+    parser.add_argument("--json", type=Path,
+                        help="also write each page's collection times, fetch times and stages to this file")
     args = parser.parse_args()
     count = int(args.seconds) + 30 + (20 if args.pauses else 0)
     pages = {"/v1": v1_page(), "/fleet": fleet_page()}
@@ -153,14 +169,14 @@ def main() -> None:
                 for path, text in pages.items()}
         jobs = {path.strip("/"): [url] for path, url in urls.items()}
         with PrometheusServer(jobs, interval="1s") as prom:
-            rows, breakdowns = [], {}
+            rows, breakdowns, measured = [], {}, {}
             for path, text in pages.items():
                 ours, http, breakdowns[path] = asyncio.run(measure(urls[path], args.seconds / 2, args.pauses))
-                job = path.strip("/")
-                expr = f'quantile_over_time(0.5, scrape_duration_seconds{{job="{job}"}}[{int(args.seconds)}s])'
-                result = prom.query(expr)
-                theirs = float(result[0]["value"][1])
+                measured[path] = {"ours": ours, "http": http, "stages": dict(breakdowns[path])}
+                theirs = prometheus_median(prom, path.strip("/"), int(args.seconds))
                 rows.append((path, len(text), statistics.median(ours), statistics.median(http), theirs))
+    if args.json:
+        args.json.write_text(json.dumps(measured))
     # infermon ms: scrape + parse + derive; http ms: the fetch alone; prometheus: scrape_duration_seconds
     print(f"{'page':<10} {'bytes':>9} {'infermon ms':>12} {'http ms':>8} {'prometheus ms':>14} "
           f"{'ratio':>6} {'http ratio':>10}")

@@ -3,7 +3,7 @@ on one already at head (one version check), SQLite file and a private PostgreSQL
 
     python -m bench.store_migrate [--repeat 5]
 
-Needs the Debian `postgresql` binaries and psycopg for the PostgreSQL half (tests/postgres.py).
+Needs the Debian `postgresql` binaries and psycopg for the PostgreSQL half (tests/support/postgres.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 
 from monitor.store.session import Store
-from tests.postgres import fresh_database, postgres_server
+from tests.support.postgres import fresh_database, postgres_server
 
 
 def timed(url: Callable[[int], str], repeat: int) -> tuple[float, float]:

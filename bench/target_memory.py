@@ -8,22 +8,24 @@ settings (15 s, 1m and 5m windows, 1h baseline), each parsed, stored and derived
 everything it allocated (tracemalloc: parser caches, the last snapshot, the derived numbers),
 and that times 1,000 targets; then what a replica of it (a second target, the same pages) adds.
 
-    python -m bench.target_memory [--models 1 10] [--hours 2.2]
+    python -m bench.target_memory [--models 1 10] [--hours 2.2] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import math
 import tracemalloc
+from pathlib import Path
 
 import httpx
 
-from bench.pages import fleet_page, grown, v1_page
 from monitor.config import load_settings
 from monitor.health import HealthBook
 from monitor.service.collector import ServiceCollector
+from tests.support.pages import fleet_page, grown, v1_page
 
 MiB = 1024 * 1024
 
@@ -81,14 +83,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", type=int, nargs="+", default=[1, 10])
     parser.add_argument("--hours", type=float, default=None, help="scrapes to feed (default: to the steady state)")
+    parser.add_argument("--json", type=Path, help="also write each row, as measured, to this file")
     args = parser.parse_args()
+    rows = []
     print(f"{'models':>6} {'scrapes':>7} {'series':>7} {'baseline':>9} {'store MiB':>10} {'baseline MiB':>13} "
           f"{'target MiB':>11} {'replica MiB':>12} {'x1000 GiB':>10}")
     for models in args.models:
         row = measure(models, args.hours)
+        rows.append(row)
         print(f"{row['models']:>6} {row['scrapes']:>7} {row['series']:>7} {row['baseline_series']:>9} "
               f"{row['store_mib']:>10.2f} {row['baseline_mib']:>13.2f} {row['target_mib']:>11.2f} "
               f"{row['replica_mib']:>12.2f} {row['target_mib'] * 1000 / 1024:>10.2f}")
+    if args.json:
+        args.json.write_text(json.dumps(rows))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """`vllm bench serve` and `infermon bench run` side by side against one real vLLM server.
 
 The peer comparison for the bench client: the same real server (vLLM's CPU build serving the tiny
-random-weight model of scripts/vllm_server.sh, tests/vllm_real.py), the same workload (streamed
+random-weight model of scripts/vllm_server.sh, tests/support/vllm_real.py), the same workload (streamed
 chat completions of random prompts of INPUT tokens, OUTPUT generated tokens with ignore_eos, closed
 loop at CONCURRENCY), in
 one session, alternately, ROUNDS times each. `vllm bench serve` runs from the server's own venv;
@@ -30,7 +30,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.service.promql import histogram_quantile
-from tests.vllm_real import MODEL_NAME, VllmServer, vllm_home
+from tests.support.vllm_real import MODEL_NAME, VllmServer, vllm_home
 
 INPUT, OUTPUT, CONCURRENCY, PROMPTS, ROUNDS = 128, 64, 4, 48, 2
 # scripts/vllm_server.sh's tokenizer was trained on these words: each is one token after a space.
@@ -46,7 +46,7 @@ VLLM_BENCH = ("import sys\nfrom vllm.benchmarks.serve import add_cli_args, main\
 
 
 class Serving(Protocol):
-    """What the runners need of a server: the real vLLM (tests/vllm_real.py) or one standing in for it
+    """What the runners need of a server: the real vLLM (tests/support/vllm_real.py) or one standing in for it
     with its tokenizer (bench/client_cpu.py's simulator)."""
 
     url: str

@@ -18,6 +18,7 @@ from monitor.settings_check import load_checked_settings
 
 if TYPE_CHECKING:
     from monitor.runtime import Monitor
+    from monitor.service.collector import TargetStatus
 
 # Plain (click) help: typer's rich panels print `<bool>` beside every flag and keep docstring line breaks.
 app = typer.Typer(help="Monitoring for LLM inference clusters: GPUs, engines, quality, cost.",
@@ -260,7 +261,7 @@ def status(
     raise typer.Exit(exit_code(overview))
 
 
-def _target_line(row: dict[str, object]) -> str:
+def _target_line(row: TargetStatus) -> str:
     if row["state"] == "up":
         return f"up, {row['engine']} {row['generation']}"
     if row["state"] == "unrecognized":

@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TypedDict
 
 log = logging.getLogger("monitor.clock")
 NOTED_STEP_S = 1.0
+
+
+class ClockStatus(TypedDict):
+    source: str  # steady | set (a test's clock)
+    system_clock_stepped_seconds: float
 
 
 class SteadyClock:
@@ -41,5 +46,5 @@ class SteadyClock:
             log.warning("the system clock was stepped by %+.1f s since start; the monitor's clock was not "
                         "(its timestamps are that far from the system's until a restart)", stepped)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ClockStatus:
         return {"source": "steady", "system_clock_stepped_seconds": round(self.stepped(), 3)}

@@ -16,10 +16,39 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from monitor.redaction import redact_urls
 
 log = logging.getLogger("monitor.health")
+
+
+class CollectorStatus(TypedDict):
+    """One collector (and target) in /api/v1/status' "collectors"."""
+
+    collector: str
+    target: str | None
+    present: bool
+    success: bool | None  # None until the first run ends
+    duration_seconds: float | None
+    last_run: float | None
+    last_success: float | None
+    error: str | None
+    runs: int
+    failures: int
+
+
+class JobStatus(TypedDict):
+    """One job in /api/v1/status' "jobs"."""
+
+    job: str
+    interval_seconds: float | None
+    last_progress: float | None
+    failing: bool
+    last_error: str | None
+    last_error_at: float | None
+    errors: int
+    problem: str | None  # why /healthz fails for it
 
 
 @dataclass
@@ -35,7 +64,7 @@ class CollectorHealth:
     runs: int = 0
     failures: int = 0
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> CollectorStatus:
         return {
             "collector": self.collector,
             "target": self.target or None,
@@ -83,7 +112,7 @@ class JobProgress:
         why = f"; last error: {self.last_error}" if self.failing else ""
         return f"no progress for {quiet:.0f}s (expected every {self.interval_seconds:g}s){why}"
 
-    def as_dict(self, now: float) -> dict[str, object]:
+    def as_dict(self, now: float) -> JobStatus:
         return {"job": self.job, "interval_seconds": self.interval_seconds, "last_progress": self.last_progress,
                 "failing": self.failing, "last_error": self.last_error, "last_error_at": self.last_error_at,
                 "errors": self.errors, "problem": self.problem(now)}

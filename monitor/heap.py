@@ -21,12 +21,21 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypedDict, TypeVar
 
 log = logging.getLogger("monitor.heap")
 FULL_EVERY_SECONDS = 600.0
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+class HeapStatus(TypedDict):
+    frozen_at_last_full_collection: int
+    frozen_after_jobs: int
+    full_every_seconds: float
+    full_collections: int
+    last_full_collection_seconds: float
+    last_full_collection_unreachable: int
 
 
 class HeapFreezer:
@@ -80,7 +89,7 @@ class HeapFreezer:
             return
         gc.freeze()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> HeapStatus:
         return {"frozen_at_last_full_collection": self.frozen_at_full, "frozen_after_jobs": self.ticks,
                 "full_every_seconds": self.full_every,
                 "full_collections": self.full_collections,

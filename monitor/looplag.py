@@ -14,7 +14,7 @@ import asyncio
 import threading
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
+from typing import TypedDict
 
 from prometheus_client.core import Metric
 
@@ -22,6 +22,14 @@ from monitor.catalog import family
 
 TICK_SECONDS = 0.1  # 600 wake-ups a minute: cheap, and a stall of a tenth of a second shows
 WINDOW_SECONDS = 60.0
+
+
+class LoopLagStatus(TypedDict):
+    loop: str | None  # the running loop's class
+    tick_seconds: float
+    last_seconds: float
+    max_1m_seconds: float
+    samples_1m: int
 
 
 class LoopLagProbe:
@@ -55,7 +63,7 @@ class LoopLagProbe:
         with self._lock:
             return max((lag for _, lag in self.samples), default=0.0)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> LoopLagStatus:
         return {"loop": self.loop, "tick_seconds": self.tick, "last_seconds": round(self.last, 6),
                 "max_1m_seconds": round(self.max_recent(), 6), "samples_1m": len(self.samples)}
 

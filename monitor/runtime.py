@@ -7,59 +7,59 @@ with an injected HTTP client and clock.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 from prometheus_client.core import Metric
-from sqlalchemy.exc import SQLAlchemyError
 
 from monitor import __version__
 from monitor.alerting.context import Views
 from monitor.alerting.delivery import Delivery, render_delivery
 from monitor.alerting.digest import queue_digest
-from monitor.alerting.embedded import (
-    EmbeddedEvaluator,
-    StateChanges,
-    Transitions,
-    registry_samples,
-)
+from monitor.alerting.embedded import AlertingStatus, EmbeddedEvaluator, Transitions
 from monitor.alerting.explain import Explainer
-from monitor.alerting.model import Alert, AlertSink
+from monitor.alerting.model import AlertSink
+from monitor.alerting.tick import AlertTick
 from monitor.canary.collector import CanaryCollector
+from monitor.canary.part import CanaryPart
 from monitor.catalog import CATALOG, family
-from monitor.clock import SteadyClock
+from monitor.clock import ClockStatus, SteadyClock
 from monitor.config import ConfigError, ServiceSettings, Settings
 from monitor.cost.collector import CostCollector
+from monitor.cost.part import CostPart
 from monitor.exporter import ExpositionCache, TextWriter, make_registry, render_health, render_text
-from monitor.health import CollectorHealth, HealthBook
-from monitor.heap import AfterEachJob, HeapFreezer
+from monitor.health import CollectorHealth, CollectorStatus, HealthBook, JobStatus
+from monitor.heap import AfterEachJob, HeapFreezer, HeapStatus
 from monitor.history.keeper import build_keeper, first_day
 from monitor.history.store import DAY, HistoryTables
 from monitor.history.summary import trend_rows
 from monitor.infra.collector import InfraCollector, import_pynvml
-from monitor.layer import SERVICE, Canary, Cost, Infra, Job, Layer, OwnPart, Part, Quality, Service
-from monitor.looplag import LoopLagProbe, render_loop_lag
+from monitor.infra.part import InfraPart
+from monitor.layer import SERVICE, Job, Layer, OwnPart, Part
+from monitor.looplag import LoopLagProbe, LoopLagStatus, render_loop_lag
 from monitor.quality.layer import QualityLayer
+from monitor.quality.part import QualityPart
 from monitor.quality.store import QualityStore
 from monitor.rulefiles.rules import RulesError, RuleSet, load_rules
 from monitor.scrape import pool_limits
 from monitor.service.baseline import BaselineHistory
-from monitor.service.collector import ServiceCollector
+from monitor.service.collector import ServiceCollector, TargetStatus
+from monitor.service.part import ServicePart
 from monitor.service.schedule import SCRAPES, Spreader, render_schedule
 from monitor.service.workers import ParseWorkers
 from monitor.settings_check import check_settings, load_checked_settings
-from monitor.store.session import Store
-from monitor.store.worker import StoreUnavailable, StoreWorker, render_store
+from monitor.store.session import EventRow, Store
+from monitor.store.worker import StoreWorker, render_store
 from monitor.web.digest import digest_text
 from monitor.web.history import History
 from monitor.web.overview import headline, overview, overview_in_turns
+from monitor.web.shapes import Overview
 
 log = logging.getLogger("monitor.runtime")
 
@@ -77,6 +77,42 @@ class ReloadState:
 
     def succeeded(self, at: float) -> None:
         self.successful, self.at, self.error = True, at, None
+
+
+class ConfigStatus(TypedDict):
+    file: str | None
+    last_reload_successful: bool
+    last_reload: float | None
+    last_reload_error: str | None
+
+
+class SetClock(TypedDict):
+    source: str  # "set": a clock a test or the demo gave
+
+
+class AlertingOff(TypedDict):
+    enabled: bool  # False: the rules are evaluated elsewhere (Prometheus)
+
+
+class MonitorStatus(TypedDict):
+    """GET /api/v1/status: every layer's section and the monitor's own parts; "overview" holds
+    the page's numbers (`infermon status` prints them)."""
+
+    version: str
+    started: float
+    uptime_seconds: float
+    ready: bool
+    layers: dict[str, Mapping[str, object]]  # each layer's own status type (ServiceStatus, InfraStatus, ...)
+    topology: dict[str, object]
+    config: ConfigStatus
+    collectors: list[CollectorStatus]
+    jobs: list[JobStatus]
+    recent_events: list[EventRow]
+    alerting: AlertingStatus | AlertingOff
+    event_loop: LoopLagStatus
+    clock: ClockStatus | SetClock
+    heap: HeapStatus
+    overview: Overview
 
 
 def render_reload(state: ReloadState) -> Iterator[Metric]:
@@ -153,9 +189,10 @@ class Monitor:
             self.alerting.explain = self.explainer
             self.alerting.collected = self.collected
         self.spreader: Spreader | None = None  # under `infermon serve`: each target on its own cadence
-        self.service_layer = Service(self.service, loop=self.run_service, schedule=lambda: self.spreader)
+        self.service_layer = ServicePart(self.service, loop=self.run_service, schedule=lambda: self.spreader)
         self.layers: dict[str, Layer] = {layer.name: layer for layer in (
-            self.service_layer, Infra(self.infra), Quality(self.quality), Canary(self.canary), Cost(self.cost))}
+            self.service_layer, InfraPart(self.infra), QualityPart(self.quality), CanaryPart(self.canary),
+            CostPart(self.cost))}
         parts = self._parts()
         self.jobs = [job for part in parts for job in part.jobs]
         self.registry = make_registry([part.render for part in parts])
@@ -165,6 +202,10 @@ class Monitor:
         # kept until it is scraped again); the rest through the registry.
         served = [self.service_layer.render_kept if part is self.service_layer else part.render for part in parts]
         self.exposition = ExpositionCache(make_registry(served), wall, prefix=self.service_layer.write_targets)
+        self.alert_tick = None if self.alerting is None else AlertTick(
+            self.alerting, settings.alerting, settings.history, registry=self.registry, exposition=self.exposition,
+            cpu=self.cpu, store_io=self.store_io, tables=self.history_tables, health=self.health,
+            wall=lambda: self.wall())  # read when it ticks: a test may set the monitor's clock after start
 
     def _parts(self) -> list[Part]:
         """The layers and the monitor's own parts, in the order of the jobs (one `run_once` cycle:
@@ -272,13 +313,12 @@ class Monitor:
     def ready(self) -> bool:
         return all(job.ran for job in self.jobs if job.cron is None)
 
-    async def status_in_turns(self) -> dict[str, Any]:
+    async def status_in_turns(self) -> MonitorStatus:
         """`status()` for `GET /api/v1/status`: its two long parts (each target's row, the
         overview's service rows, long on a large fleet) made on the loop in turns."""
         return self.status(await self.service.status_in_turns(), await overview_in_turns(self))
 
-    def status(self, targets: list[dict[str, object]] | None = None,
-               shown: dict[str, Any] | None = None) -> dict[str, Any]:
+    def status(self, targets: list[TargetStatus] | None = None, shown: Overview | None = None) -> MonitorStatus:
         """`targets` and `shown`: the service's target rows and the overview, made already."""
         return {
             "version": __version__,
@@ -340,44 +380,10 @@ class Monitor:
                      history=self.trend_history, at=self.wall())
 
     async def evaluate_alerts(self) -> None:
-        """The rules on what /metrics exports: under `infermon serve` the pre-rendered page, read
-        back in the worker thread (no second render on the loop); otherwise the registry."""
-        if self.alerting is None:
-            return
-        interval = self.settings.alerting.evaluation_interval.seconds
-        slack = min(0.5, 0.05 * interval)
-        with self.health.run("alerts"):
-            latest = self.exposition.latest
-            if latest is None:
-                samples, ts = registry_samples(self.registry, self.alerting.metrics), self.wall()
-                with self.alerting.lock:
-                    alerts = self.alerting.advance(samples, ts, slack)
-                    if alerts is None:
-                        return  # this instant is evaluated already
-                    changes = self.alerting.changes()
-            else:  # read back and advanced in the worker thread, off the loop
-                loop = asyncio.get_running_loop()
-                done = await loop.run_in_executor(self.cpu, self.alerting.advance_page, latest.chunks,
-                                                  latest.rendered_at, slack)
-                if done is None:
-                    return
-                alerts, changes = done
-        # The transitions and states go to the store thread; a failure there is the store's, not the rules'.
-        with contextlib.suppress(StoreUnavailable, SQLAlchemyError):
-            await self.store_io.call(self._write_alerts, alerts, changes)
-        days = self.alerting.take_history_days()
-        if days:  # a failed write keeps them for the next evaluation's (a later write of a day holds all its points)
-            try:
-                await self.store_io.call(self.history_tables.write, days,
-                                         first_day(self.wall(), self.settings.history.retention.seconds / DAY))
-            except (StoreUnavailable, SQLAlchemyError):
-                with self.alerting.lock:
-                    self.alerting.history_days[:0] = days
-
-    def _write_alerts(self, alerts: list[Alert], changes: StateChanges) -> None:
-        assert self.alerting is not None
-        if not self.alerting.write(alerts, changes):
-            raise StoreUnavailable("alert transitions or states could not be stored (retried next evaluation)")
+        """The rules on what /metrics exports (`monitor.alerting.tick`): after each collection of
+        `run_once`, each publish under `infermon serve`, and on the rules' own interval."""
+        if self.alert_tick is not None:
+            await self.alert_tick()
 
     def _on_health_change(self, entry: CollectorHealth, state: str) -> None:
         self.store_io.submit(self._record_event, self.wall(), entry.collector, entry.target, state, entry.error)

@@ -14,16 +14,14 @@ import functools
 import json
 import os
 import ssl
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import cast
 
-import h11
 import httpx
 
 from monitor.config import ServiceSettings
 from monitor.redaction import redact_urls
+from monitor.wire.http1 import Connection, Connections, Gone, Origin, Reader, request
 
 # The text format only. prometheus_client (>= 0.23, up to 0.26 at least) ignores q-values and
 # answers any Accept that lists OpenMetrics with OpenMetrics in `escaping=underscores`, writing
@@ -206,252 +204,56 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
 
 
 # -- the same exchange on one kept-alive connection per target ----------------------------------
-# The spread scheduler gives every target a `TargetConnection`: h11 (the HTTP/1.1 state machine
-# httpcore itself runs on) over an asyncio protocol. The body arrives in the transport's own
-# reads (256 KiB) straight into the protocol, with no stream, pool, lock or anyio layer between:
-# about half httpcore's time per small page, alike on a large one (`python -m bench.http_client`,
-# docs/measurements.md).
-# The injected httpx client (tests, `infermon check`, dcgm targets) keeps `fetch_page`. Same
-# errors, word for word (h11 writes the protocol errors' text for both).
-
-_READ_ERROR, _PROTOCOL_ERROR = "ReadError", "RemoteProtocolError"
-_NO_ANSWER = "Server disconnected without sending a response."
+# The spread scheduler gives every target a `TargetConnection` on the wire's own client
+# (monitor/wire/http1.py: httptools on an asyncio protocol). The body arrives in the transport's
+# own reads (256 KiB) straight into the parser, with no stream, pool, lock or anyio layer between
+# (`python -m bench.http_client`, docs/measurements.md). The injected httpx client (tests,
+# `infermon check`, dcgm targets) keeps `fetch_page`. Same errors, word for word.
 
 
-class _Stale(Exception):
-    """The exchange failed before any answer came: sent again once on a new connection."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class _Exchange(asyncio.Protocol):
-    """One connection: feeds what arrives to h11 and completes the waiting GET's future."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.h11 = h11.Connection(h11.CLIENT)
-        self.transport: asyncio.Transport | None = None
-        self.max_bytes = max_bytes
-        self.waiter: asyncio.Future[tuple[h11.Response, bytes]] | None = None
-        self.response: h11.Response | None = None
-        self.chunks: list[bytes] = []
-        self.size = 0
-        self.error_answer = False  # a non-200 answer: its body is read only up to ERROR_BODY_BYTES
-        self.lost = False  # the peer closed (or reset) the connection
-        self.socket_transport: object = None  # the socket's own transport (under TLS, the one asyncio's wraps)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # No isinstance check: uvloop's TCP transport (the loop uvicorn takes where uvloop is
-        # installed, as in vLLM's images) is a transport without subclassing asyncio.Transport.
-        self.transport = cast(asyncio.Transport, transport)
-        self.socket_transport = getattr(getattr(transport, "_ssl_protocol", None), "_transport", None) or transport
-
-    def data_received(self, data: bytes) -> None:
-        self._feed(data)
-
-    def eof_received(self) -> bool:
-        self.lost = True
-        self._feed(b"")
-        return False  # close the transport
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
-        _unlink(self.socket_transport)
-        if exc is not None:
-            self._fail(_READ_ERROR, str(exc) or type(exc).__name__)
-        else:
-            self._feed(b"")
-
-    def _fail(self, kind: str, reason: str) -> None:
-        waiter = self.waiter
-        if waiter is None or waiter.done():
-            return
-        if self.response is None:
-            waiter.set_exception(_Stale(f"{kind}: {reason}"))
-        else:
-            waiter.set_exception(ScrapeError(f"{kind}: {reason}"))
-        self.close()
-
-    def _feed(self, data: bytes) -> None:
-        if self.waiter is None or self.waiter.done():
-            if data:
-                self.lost = True  # bytes nobody asked for: this connection is not reused
-            return
-        if not data and self.response is None and self.h11.their_state is h11.SEND_RESPONSE:
-            self._fail(_PROTOCOL_ERROR, _NO_ANSWER)
-            return
-        try:
-            self.h11.receive_data(data)
-            self._pump()
-        except h11.RemoteProtocolError as exc:
-            self._fail(_PROTOCOL_ERROR, str(exc))
-
-    def _pump(self) -> None:
-        assert self.waiter is not None
-        while True:
-            event = self.h11.next_event()
-            if event is h11.NEED_DATA or event is h11.PAUSED:
-                return
-            if isinstance(event, h11.Response):
-                self.response = event
-                if event.status_code in _REDIRECTS:  # its body is never read
-                    self.waiter.set_result((event, b""))
-                    self.close()
-                    return
-                if event.status_code != 200:  # an error: the start of its body, for the server's message
-                    self.error_answer, self.max_bytes = True, ERROR_BODY_BYTES
-                    continue
-                declared = _header(event, b"content-length")
-                if declared.isdigit() and int(declared) > self.max_bytes:
-                    self._limit(f"page larger than {self.max_bytes} bytes ({declared})")
-                    return
-            elif isinstance(event, h11.Data):
-                self.size += len(event.data)
-                if self.size > self.max_bytes:
-                    if self.error_answer:
-                        self.chunks.append(event.data)
-                    self._limit(f"page larger than {self.max_bytes} bytes")
-                    return
-                self.chunks.append(event.data)
-            elif isinstance(event, h11.EndOfMessage):
-                assert self.response is not None
-                body, self.chunks = b"".join(self.chunks), []  # not kept: they held the page till the next scrape
-                self.waiter.set_result((self.response, body))
-                if self.error_answer:
-                    self.close()  # as before its body was read: a target answering errors gets a new connection
-                return
-            elif isinstance(event, h11.ConnectionClosed):
-                return
-
-    def _limit(self, reason: str) -> None:
-        assert self.waiter is not None
-        if self.error_answer and self.response is not None:
-            self.waiter.set_result((self.response, b"".join(self.chunks)[:ERROR_BODY_BYTES]))
-        else:
-            self.waiter.set_exception(ScrapeError(reason))
-        self.close()  # the rest of the body is never read: the connection cannot be reused
-
-    async def get(self, target: bytes, headers: list[tuple[bytes, bytes]]) -> tuple[h11.Response, bytes]:
-        assert self.transport is not None
-        self.waiter = asyncio.get_running_loop().create_future()
-        self.response, self.chunks, self.size, self.error_answer = None, [], 0, False
-        self.transport.write(self.h11.send(h11.Request(method=b"GET", target=target, headers=headers))
-                             + (self.h11.send(h11.EndOfMessage()) or b""))
-        try:
-            return await self.waiter
-        finally:
-            self.waiter, self.chunks = None, []  # an answer cut short leaves none behind either
-
-    def open(self) -> bool:
-        return not self.lost and self.transport is not None and not self.transport.is_closing()
-
-    def next_cycle(self) -> bool:
-        """Ready for the next request after a whole exchange (False: the connection must close)."""
-        if not self.open() or self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
-            return False
-        self.h11.start_next_cycle()
-        return True
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
-
-
-def _unlink(transport: object) -> None:
-    """Free a lost connection's transport by reference counting, not by the cyclic collector.
-
-    asyncio's selector transport (CPython 3.11, the image's) keeps its read callback, a method bound
-    to itself, after the connection is lost: a cycle with the transport, its socket and its extras.
-    Under `infermon serve` a transport that lived through a job of the worker thread is frozen
-    (monitor/heap.py), so every closed connection stayed in memory until the next full collection:
-    one per scrape of a target answering an error status, one per flap of a target that comes and
-    goes (docs/hardening.md, "Flapping targets"). Nothing reads the callback once the transport has
-    called `connection_lost` (its reader was removed when it closed); uvloop's transports have none.
-    """
-    if getattr(transport, "_read_ready_cb", None) is not None:
-        transport._read_ready_cb = None  # type: ignore[attr-defined]
-
-
-def _header(response: h11.Response, name: bytes) -> str:
-    for key, value in response.headers:
-        if key == name:
-            return bytes(value).decode("latin-1")
-    return ""
+def _page_too_large(limit: int, declared: int | None) -> ScrapeError:
+    return ScrapeError(f"page larger than {limit} bytes" + (f" ({declared})" if declared is not None else ""))
 
 
 class TargetConnection:
     """One target's HTTP/1.1 connection, kept alive from one scrape to the next (one at a time).
 
     A kept-alive connection idle past `keepalive_s` is not reused; a connection the server has
-    closed, or one that must close after its answer (`Connection: close`, HTTP/1.0), neither.
+    closed, or one that must close after its answer (`Connection: close`, HTTP/1.0, an error
+    status, a body not read to its end), neither.
     """
 
     def __init__(self, tls: ssl.SSLContext, keepalive_s: float) -> None:
-        self.tls = tls
-        self.keepalive_s = keepalive_s
-        self.origin: tuple[str, str, int] | None = None
-        self.exchange: _Exchange | None = None
-        self.idle_since = 0.0
+        self.connections = Connections(tls, keepalive_s)
         self.lock = asyncio.Lock()
 
-    async def get(self, url: httpx.URL, headers: list[tuple[bytes, bytes]],
-                  max_bytes: int) -> tuple[h11.Response, bytes]:
-        """One GET, sent again once on a new connection when it failed before any answer."""
-        async with self.lock:
-            for attempt in (1, 2):
-                exchange = await self._connection(url, max_bytes)
-                try:
-                    answer = await exchange.get(url.raw_path, [(b"Host", url.netloc), *headers])
-                except _Stale as exc:
-                    self._drop()
-                    if attempt == 2:
-                        raise ScrapeError(exc.reason) from None
-                    continue
-                except BaseException:  # a deadline or an error mid-answer: the connection's state is unknown
-                    self._drop()
-                    raise
-                if exchange.next_cycle():
-                    self.idle_since = time.monotonic()
-                else:
-                    self._drop()
-                return answer
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _connection(self, url: httpx.URL, max_bytes: int) -> _Exchange:
+    async def get(self, url: httpx.URL, headers: list[tuple[bytes, bytes]], max_bytes: int) -> Reader:
+        """One GET (sent again once on a new connection when it failed before any answer): the
+        answer's status, headers and body (an error's first ERROR_BODY_BYTES, a redirect's none)."""
         scheme = url.scheme
         if scheme not in ("http", "https"):
             raise ScrapeError(f"UnsupportedProtocol: Request URL has an unsupported protocol '{scheme}://'.")
-        port = url.port or (443 if scheme == "https" else 80)
-        origin = (scheme, url.host, port)
-        kept = self.exchange
-        if kept is not None and (origin != self.origin or not kept.open()
-                                 or time.monotonic() - self.idle_since > self.keepalive_s):
-            self._drop()
-            kept = None
-        if kept is not None:
-            kept.max_bytes = max_bytes
-            return kept
-        loop = asyncio.get_running_loop()
-        tls = self.tls if scheme == "https" else None
-        try:
-            _, exchange = await loop.create_connection(lambda: _Exchange(max_bytes), url.host, port, ssl=tls,
-                                                       server_hostname=url.host if tls else None)
-        except ssl.SSLError as exc:
-            reason = getattr(exc, "verify_message", None) or exc.reason or str(exc)
-            raise ScrapeError(f"connection failed: TLS: {reason}") from None
-        except OSError as exc:
-            raise ScrapeError(f"connection failed: {_connect_reason(exc)}") from None
-        self.origin, self.exchange = origin, exchange
-        return exchange
+        origin = Origin(scheme, url.host, url.port or (443 if scheme == "https" else 80))
+        sent = request(b"GET", url.raw_path, [(b"Host", url.netloc), *headers])
+        async with self.lock:
+            try:
+                return await self.connections.exchange(
+                    origin, sent, lambda: Reader(max_bytes, ERROR_BODY_BYTES, _page_too_large))
+            except Gone as exc:
+                raise ScrapeError(exc.reason) from None
+            except ssl.SSLError as exc:
+                reason = getattr(exc, "verify_message", None) or exc.reason or str(exc)
+                raise ScrapeError(f"connection failed: TLS: {reason}") from None
+            except OSError as exc:
+                raise ScrapeError(f"connection failed: {_connect_reason(exc)}") from None
 
-    def _drop(self) -> None:
-        if self.exchange is not None:
-            self.exchange.close()
-        self.exchange, self.origin = None, None
+    @property
+    def kept(self) -> Connection | None:
+        """The kept-alive connection the next scrape takes, if any."""
+        return self.connections.kept()
 
     async def aclose(self) -> None:
-        self._drop()
+        self.connections.close()
 
 
 def target_connection(settings: ServiceSettings, tls: ssl.SSLContext) -> TargetConnection:
@@ -470,7 +272,7 @@ async def fetch_target_page(conn: TargetConnection, url: str, timeout_s: float, 
         raise ScrapeError(f"timed out after {timeout_s:g}s") from None
     except httpx.InvalidURL as exc:
         raise ScrapeError(f"InvalidURL: {_reason(exc)}") from None
-    except h11.LocalProtocolError as exc:
+    except ValueError as exc:  # a header value with a line break
         raise ScrapeError(f"LocalProtocolError: {_reason(exc)}") from None
 
 
@@ -490,14 +292,14 @@ async def _fetch_kept(conn: TargetConnection, url: str, max_bytes: int) -> Fetch
         headers = [(b"Accept", ACCEPT.encode())]
         if authorization is not None and _same_origin(current, origin):
             headers.append((b"Authorization", authorization))  # never sent to another origin
-        response, body = await conn.get(current, headers, max_bytes)
-        location = _header(response, b"location")
-        if response.status_code in _REDIRECTS and location:
+        answer = await conn.get(current, headers, max_bytes)
+        location = answer.header(b"location").decode("latin-1")
+        if answer.status in _REDIRECTS and location:
             current = current.join(location).copy_with(fragment=None)
             continue
-        if response.status_code != 200:
-            raise http_error(response.status_code, body, current)
-        return _page(body, _header(response, b"content-type"))
+        if answer.status != 200:
+            raise http_error(answer.status, answer.content(), current)
+        return _page(answer.content(), answer.header(b"content-type").decode("latin-1"))
     raise ScrapeError(f"more than {MAX_REDIRECTS} redirects")
 
 

@@ -21,7 +21,7 @@ from monitor.infra.reading import CLOCK_EVENT_REASONS
 from monitor.infra.replay import load_trace
 from monitor.quality.calibration import GoldSetError, gold_set
 from monitor.quality.redact import BUILTIN_PATTERNS
-from monitor.rulefiles.expr import OutsideSubset, Selector, TooDeep, parse
+from monitor.rulefiles.promql import OutsideSubset, TooDeep, parse
 from monitor.service.engines import unknown_engine
 from monitor.settings_keys import Loc
 
@@ -92,11 +92,11 @@ def _history_series(settings: Settings) -> Iterator[Problem]:
     """Each `history.series` entry is a selector of one of the monitor's own series (what it exports)."""
     for index, text in enumerate(settings.history.series):
         try:
-            node = parse(text)
+            node = parse(text).selector
         except (OutsideSubset, TooDeep) as exc:
             yield ("history", "series", index), f"not a selector: {exc}"
             continue
-        if not isinstance(node, Selector):
+        if node is None:
             yield ("history", "series", index), 'one selector (e.g. inference_tpot_seconds{quantile="0.99"})'
         elif node.name not in CATALOG:
             yield ("history", "series", index), f"{node.name} is not a series the monitor exports (monitor/catalog.py)"

@@ -7,7 +7,7 @@
 # 128, 4 heads of 32: vLLM's CPU attention wants a head size >= 32) with a byte-level BPE
 # tokenizer trained here -- nothing comes from a model hub.
 # All of it lands in a cache directory outside the work tree, so a second `make test` (and CI on
-# the same machine) reuses it. Prints the directory; tests/vllm_real.py starts the server from it:
+# the same machine) reuses it. Prints the directory; tests/support/vllm_real.py starts the server from it:
 #
 #   DIR/venv/bin/python -m vllm.entrypoints.openai.api_server --model DIR/model ...
 #

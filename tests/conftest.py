@@ -48,7 +48,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class ByFile(LoadScopeScheduling):
+    class ByFile(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type hints
         def _split_scope(self, nodeid: str) -> str:
             return nodeid if _file(nodeid) in SPREAD else _file(nodeid)
 
@@ -114,8 +114,8 @@ def _memory_store(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:
-    """One private PostgreSQL cluster for the whole run, started on first use (tests/postgres.py)."""
-    from tests.postgres import postgres_server
+    """One private PostgreSQL cluster for the whole run, started on first use (tests/support/postgres.py)."""
+    from tests.support.postgres import postgres_server
 
     with postgres_server() as url:
         yield url
@@ -124,7 +124,7 @@ def pg_server() -> Iterator[str]:
 @pytest.fixture
 def pg_url(pg_server: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh, empty database on the tests' PostgreSQL server."""
-    from tests.postgres import fresh_database
+    from tests.support.postgres import fresh_database
 
     with fresh_database(pg_server, request.node.name) as url:
         yield url

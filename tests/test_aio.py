@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from monitor.aio import finish
-from tests.rawhttp import RawHttpServer
+from tests.support.rawhttp import RawHttpServer
 
 CONNECTIONS = 5
 

@@ -15,7 +15,7 @@ from monitor.app import create_app
 from monitor.auth import bearer_guard, write_access
 from monitor.config import ConfigError, load_settings
 from monitor.runtime import Monitor
-from tests.appserver import serve_app, serve_asgi
+from tests.support.appserver import serve_app, serve_asgi
 
 
 @contextmanager

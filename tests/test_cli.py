@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from monitor.ports import free_port
-from tests.pageserver import Page, PageServer
-from tests.served_process import stop
 from tests.service.exporters import prefixed
+from tests.support.pageserver import Page, PageServer
+from tests.support.served_process import stop
 
 FIXTURE = (Path(__file__).parent / "fixtures" / "sample_vllm_v1.prom").read_text()
 

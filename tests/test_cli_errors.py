@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from monitor.ports import free_port
-from tests.pageserver import PageServer
 from tests.service.test_error_hints import EXPECTED, serve_errors, targets
+from tests.support.pageserver import PageServer
 from tests.test_cli import env, infermon
 
 
@@ -76,7 +76,7 @@ def test_demo_says_the_port_is_taken_in_one_line_and_starts_nothing(tmp_path: Pa
 
 
 def test_check_against_a_real_llama_server_without_metrics_says_start_it_with_metrics(tmp_path: Path) -> None:
-    from tests.llamacpp import LlamaServer, llama_server_binary, tiny_model
+    from tests.support.llamacpp import LlamaServer, llama_server_binary, tiny_model
 
     binary = llama_server_binary()
     with LlamaServer(binary, tiny_model(tmp_path / "m.gguf"), metrics=False) as server:

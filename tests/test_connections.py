@@ -19,11 +19,11 @@ from monitor.config import load_settings
 from monitor.logfilter import RepeatFilter
 from monitor.server import connection_cap
 from tests.conftest import FIXTURES
-from tests.latency import healthz_probe
-from tests.pageserver import Page, PageServer
-from tests.served_process import infermon_serve
+from tests.support.latency import healthz_probe
+from tests.support.pageserver import Page, PageServer
+from tests.support.served_process import infermon_serve
 
-pytestmark = pytest.mark.alone  # a /healthz latency bar (tests/latency.py): run with no neighbours
+pytestmark = pytest.mark.alone  # a /healthz latency bar (tests/support/latency.py): run with no neighbours
 
 SLOW = 300
 CAP = 64

@@ -17,11 +17,11 @@ import httpx
 import pytest
 import uvicorn
 
-from bench.pagefarm import PageFarm
 from monitor.app import create_app
 from monitor.config import Settings, load_settings
 from monitor.runtime import Monitor
 from monitor.server import uvicorn_config
+from tests.support.pagefarm import PageFarm
 
 PAGE = (Path(__file__).parent / "fixtures" / "sample_vllm_v1.prom").read_bytes()
 

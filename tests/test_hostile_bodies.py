@@ -19,10 +19,10 @@ from sqlalchemy import text
 from monitor.config import load_settings
 from monitor.runtime import Monitor
 from tests.alerting.alertmanager_payload import am_payload
-from tests.appserver import serve_app
-from tests.latency import healthz_probe, rss_bytes
+from tests.support.appserver import serve_app
+from tests.support.latency import healthz_probe, rss_bytes
 
-pytestmark = pytest.mark.alone  # a /healthz latency bar (tests/latency.py): run with no neighbours
+pytestmark = pytest.mark.alone  # a /healthz latency bar (tests/support/latency.py): run with no neighbours
 
 TOKEN = "hostile-test-token-5c2b"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

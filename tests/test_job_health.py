@@ -16,9 +16,9 @@ import pytest
 from monitor.config import load_settings
 from monitor.runtime import Job, Monitor
 from monitor.service.schedule import SCRAPES, Spreader
-from tests.appserver import serve_app
-from tests.pageserver import Page, PageServer
 from tests.service.test_discovery import wait_until
+from tests.support.appserver import serve_app
+from tests.support.pageserver import Page, PageServer
 from tests.test_cli import FIXTURE
 
 

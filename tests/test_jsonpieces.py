@@ -13,7 +13,7 @@ import pytest
 
 from monitor import aio
 from monitor.jsonpieces import json_in_pieces
-from tests.turns import counting_turns
+from tests.support.turns import counting_turns
 
 FASTAPI = pydantic.TypeAdapter(dict[str, object])  # what `-> dict[str, object]` answered with
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests import postgres
+from tests.support import postgres
 
 
 def test_cluster_runs_unprivileged_and_is_removed_with_its_process() -> None:

@@ -17,9 +17,9 @@ import yaml
 from monitor.config import ConfigError, load_settings
 from monitor.redaction import RedactingFilter, redact_urls, safe_url
 from monitor.runtime import Monitor
-from tests.appserver import serve_app
-from tests.pageserver import Page, PageServer
 from tests.service.test_discovery import wait_until
+from tests.support.appserver import serve_app
+from tests.support.pageserver import Page, PageServer
 from tests.test_cli import FIXTURE, env, infermon
 
 SECRETS = ("s3cr3t-pass", "tok-9f8e7d", "ak-112233", "sig-abcdef", "judge-pw-77", "dcgm-key-55")

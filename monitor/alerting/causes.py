@@ -20,15 +20,13 @@ of `service` (as the prefix cache's hit ratio against its baseline is).
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from monitor.alerting.context import Context, TargetFacts
 from monitor.config import CauseSettings
+from monitor.rulefiles.promql import COMPARISONS
 
-Op = Callable[[float, float], bool]
-OPS: dict[str, Op] = {">=": operator.ge, ">": operator.gt, "<": operator.lt, "<=": operator.le, "==": operator.eq}
 LAYER_TITLES = {"service": "Service alerts (and canary, monitor): the service and GPU layers",
                 "infra": "GPU alerts: that GPU and the targets it serves",
                 "quality": "Quality alerts: the model's quality run",
@@ -454,7 +452,7 @@ def _holds(condition: Condition, values: dict[str, float], settings: CauseSettin
         return False
     threshold = condition.threshold
     limit = float(getattr(settings, threshold)) if isinstance(threshold, str) else threshold
-    return OPS[condition.op](value, limit)
+    return COMPARISONS[condition.op](value, limit)
 
 
 def table(layer: str) -> tuple[CauseRule, ...]:

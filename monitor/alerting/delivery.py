@@ -17,7 +17,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 from prometheus_client.core import Metric
@@ -26,7 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from monitor.alerting.grouping import group_id, group_labels, transition_key
 from monitor.alerting.model import Alert
-from monitor.alerting.outbox import Due, Outbox
+from monitor.alerting.outbox import Due, Outbox, TransitionRow
 from monitor.alerting.receivers import build_receiver
 from monitor.alerting.receivers.base import Notification, Outcome, Receiver
 from monitor.alerting.runbooks import link_alert
@@ -76,7 +75,7 @@ class Delivery:
         self.oldest_pending: dict[str, float] = {}  # receiver -> when its oldest undelivered one was queued
         # The newest transitions with their delivery states, kept by the store thread for the page
         # and /api/v1/status (a query there would wait on the loop for a locked database).
-        self.latest: list[dict[str, Any]] = self.outbox.recent(RECENT)
+        self.latest: list[TransitionRow] = self.outbox.recent(RECENT)
 
     def enqueue(self, alerts: Sequence[Alert], source: str) -> None:
         """The evaluator's transitions into the outbox. When the store cannot take them, the
@@ -101,7 +100,7 @@ class Delivery:
         """As `store`, on the store thread (the Alertmanager receiver awaits it)."""
         return await self.worker.call(self.store, alerts, source, stuck_after=STUCK_AFTER)
 
-    def recent(self, limit: int = 50) -> list[dict[str, Any]]:
+    def recent(self, limit: int = 50) -> list[TransitionRow]:
         return self.outbox.recent(limit)
 
     async def run_once(self) -> None:

@@ -1,9 +1,10 @@
 """The embedded evaluator: the rule files applied to what /metrics exports, on its own interval.
 
-Each run reads the monitor's registry (the very samples a Prometheus scrape of /metrics gets,
-minus the `job`/`instance` labels Prometheus adds), advances every rule's state, hands the
-firing and resolved transitions to the `AlertSink` (delivery's outbox) once each, and saves the
-state so a restart neither forgets a pending alert's start nor announces a firing one again.
+Each run reads what /metrics exports (the very samples a Prometheus scrape gets, minus the
+`job`/`instance` labels Prometheus adds: the registry, or the served page read back), advances
+every rule's state, hands the firing and resolved transitions to the `AlertSink` (delivery's
+outbox) once each, and saves the state so a restart neither forgets a pending alert's start nor
+announces a firing one again. The monitor's tick around it is `tick.py`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TypedDict
 from urllib.parse import quote_plus
 
 from prometheus_client import CollectorRegistry
@@ -29,14 +30,13 @@ from monitor.alerting.store import StoredAlert, load_alert_states, save_alert_st
 from monitor.catalog import CATALOG, family
 from monitor.history.keeper import HistoryKeeper
 from monitor.history.store import StoredDay
-from monitor.history.summary import trend_rows
-from monitor.rulefiles.expr import Sample
-from monitor.rulefiles.promql import HistoryAt
+from monitor.history.summary import TrendRow, trend_rows
+from monitor.rulefiles.promql import HistoryAt, Sample
 from monitor.rulefiles.rules import RuleSet
 
 log = logging.getLogger("monitor.alerting")
 
-Transitions = Callable[[], list[dict[str, Any]]]
+Transitions = Callable[[], Sequence[Mapping[str, object]]]
 Collected = Callable[[str, float], bool]
 """(metric name, when the page was rendered) -> does the page hold what the collector behind the
 metric collected since this process started"""
@@ -45,6 +45,36 @@ Explain = Callable[[Mapping[str, str]], dict[str, str]]
 EXPLAINED = ("context", "probable_cause")
 Listed = tuple[str, str, ActiveAlert]
 """(rule key, fingerprint, the alert): one active alert as the last evaluation left it"""
+
+
+class ActiveAlertRow(TypedDict):
+    """One active alert as the overview, status and the alerts API list it."""
+
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    state: str  # pending | firing
+    value: float | str  # a value that is not finite: its name ("NaN", "inf")
+    active_at: str | None  # RFC 3339, UTC
+    fired_at: str | None
+
+
+class RuleError(TypedDict):
+    rule: str
+    error: str | None
+
+
+class AlertingStatus(TypedDict):
+    """/api/v1/status' "alerting": the in-process evaluator's rules and last evaluation."""
+
+    enabled: bool
+    rules: int
+    files: list[str]
+    last_evaluation: float | None
+    firing: int
+    pending: int
+    waiting_for_first_collection: list[str]
+    left_to_prometheus: list[dict[str, str]]
+    errors: list[RuleError]
 
 
 @dataclass(frozen=True)
@@ -132,7 +162,7 @@ class EmbeddedEvaluator:
         self.history_days: list[StoredDay] = []  # days that changed, for the store thread to write
         # Week over week per target and model (the overview, `infermon status`): made anew when a point
         # closes, in the thread that evaluates, and read as it is published (no lock for the readers).
-        self.trends: list[dict[str, Any]] = []
+        self.trends: list[TrendRow] = []
         self.last_ts: float | None = None
         self._saved: dict[tuple[str, str], tuple[object, ...]] = {}
         self._unsent: list[Alert] = []
@@ -153,21 +183,6 @@ class EmbeddedEvaluator:
 
     # ---- one evaluation -----------------------------------------------------------------
 
-    def run(self, registry: CollectorRegistry, now: float, interval: float) -> list[Alert]:
-        """Evaluate on what /metrics shows now.
-
-        The monitor calls this after every collection (fresh data: an alert fires within one
-        scrape plus `for`, never a whole interval later because the evaluation ran just before
-        the scrape landed) and on its own `interval` (so rules on slow sources still run).
-        """
-        return self.run_samples(registry_samples(registry, self.metrics), now, interval)
-
-    def run_samples(self, samples: Mapping[str, Sequence[Sample]], now: float, interval: float) -> list[Alert]:
-        """As `run`, on samples already read (from the pre-rendered exposition)."""
-        if self.last_ts is not None and now <= self.last_ts and not self.held:
-            return []  # this instant is evaluated already
-        return self.evaluate(samples, now, slack=min(0.5, 0.05 * interval))
-
     def evaluate(self, samples: Mapping[str, Sequence[Sample]], ts: float, slack: float = 0.0) -> list[Alert]:
         """Advance every rule at `ts`; returns (and sends) the transitions as Alertmanager alerts."""
         alerts = self._advance(samples, ts, slack)
@@ -183,10 +198,14 @@ class EmbeddedEvaluator:
 
     def advance_page(self, body: bytes | Sequence[bytes], ts: float,
                      slack: float) -> tuple[list[Alert], StateChanges] | None:
-        """`advance` and `changes` on a rendered /metrics page, in one go: what `infermon serve`
-        runs in its worker thread each publish tick, off the loop (with many series matching a rule
-        an evaluation on the loop was a stall of /healthz: docs/performance.md)."""
-        samples = self._read_back(body)
+        """`advance_samples` on a rendered /metrics page: what `infermon serve` runs in its worker
+        thread each publish tick, off the loop (with many series matching a rule an evaluation on
+        the loop was a stall of /healthz: docs/performance.md)."""
+        return self.advance_samples(self._read_back(body), ts, slack)
+
+    def advance_samples(self, samples: Mapping[str, Sequence[Sample]], ts: float,
+                        slack: float) -> tuple[list[Alert], StateChanges] | None:
+        """`advance` and `changes` in one go, under the lock; None when `ts` is evaluated already."""
         with self.lock:
             alerts = self.advance(samples, ts, slack)
             return None if alerts is None else (alerts, self.changes())
@@ -238,6 +257,12 @@ class EmbeddedEvaluator:
         with self.lock:
             days, self.history_days = self.history_days, []
         return days
+
+    def keep_history_days(self, days: list[StoredDay]) -> None:
+        """Days whose write failed, back at the head of the queue for the next evaluation's (a later
+        write of a day holds all its points)."""
+        with self.lock:
+            self.history_days[:0] = days
 
     def _publish(self) -> None:
         """The active alerts for the readers (the overview, the alerts API, status, /metrics), who
@@ -352,22 +377,22 @@ class EmbeddedEvaluator:
 
     # ---- views --------------------------------------------------------------------------
 
-    def active(self, limit: int | None = None) -> list[dict[str, Any]]:
+    def active(self, limit: int | None = None) -> list[ActiveAlertRow]:
         """The active alerts as the last evaluation left them, in the order they are read in
         (`_shown_first`, sorted once per evaluation, off the loop); with `limit`, the first `limit`
         of them (only those are built: the overview's)."""
         listed: Sequence[Listed] = self._listing
         return [self._row(*each) for each in listed[:limit]]
 
-    async def active_in_turns(self) -> list[dict[str, Any]]:
+    async def active_in_turns(self) -> list[ActiveAlertRow]:
         """`active()` on the loop, its other work let in between alerts (a large fleet has many)."""
-        turn, rows = Turns(), []
+        turn, rows = Turns(), list[ActiveAlertRow]()
         for each in self._listing:
             rows.append(self._row(*each))
             await turn()
         return rows
 
-    def _row(self, rule_key: str, fp: str, a: ActiveAlert) -> dict[str, Any]:
+    def _row(self, rule_key: str, fp: str, a: ActiveAlert) -> ActiveAlertRow:
         return {"labels": a.labels, "annotations": _annotated(a.annotations, self.explained.get((rule_key, fp))),
                 "state": a.state,
                 "value": a.value if math.isfinite(a.value) else str(a.value),
@@ -389,7 +414,7 @@ class EmbeddedEvaluator:
                 counts[severity] = counts.get(severity, 0) + 1
         return counts
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> AlertingStatus:
         listed = self._listing
         return {
             "enabled": True,

@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from monitor.alerting.model import fingerprint
-from monitor.rulefiles.expr import Labels, Samples
-from monitor.rulefiles.promql import TrendError
+from monitor.rulefiles.promql import Labels, Samples, TrendError
 from monitor.rulefiles.rules import AlertRule
 from monitor.rulefiles.templates import TemplateData
 

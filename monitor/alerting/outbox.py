@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.engine import Engine
@@ -35,6 +35,21 @@ from monitor.alerting.runbooks import link_alert
 from monitor.alerting.store import AlertTransition, OutboxGroup, OutboxMember, OutboxNotification
 from monitor.config import ReceiverSettings
 from monitor.store.conflicts import retry_conflicts
+
+
+class TransitionRow(TypedDict):
+    """One stored alert transition with its delivery state per receiver (`Outbox.recent`)."""
+
+    id: int
+    ts: float
+    source: str  # embedded | alertmanager
+    fingerprint: str
+    status: str  # firing | resolved
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    starts_at: float
+    ends_at: float | None
+    deliveries: dict[str, str]  # receiver -> waiting | pending | sent | failed | expired | not_sent
 
 
 @dataclass(frozen=True)
@@ -320,7 +335,7 @@ class Outbox:
 
     # -- reading and pruning ----------------------------------------------------------------
 
-    def recent(self, limit: int = 50) -> list[dict[str, Any]]:
+    def recent(self, limit: int = 50) -> list[TransitionRow]:
         """The latest transitions, newest first, each with its delivery state per receiver:
         waiting (in its group), pending (queued or retrying), sent, failed, expired, or
         not_sent (superseded inside its group, or resolved for a receiver without send_resolved)."""
@@ -425,7 +440,7 @@ def _alert(row: AlertTransition) -> Alert:
     )
 
 
-def _recent_row(row: AlertTransition, deliveries: dict[str, str]) -> dict[str, Any]:
+def _recent_row(row: AlertTransition, deliveries: dict[str, str]) -> TransitionRow:
     return {
         "id": row.id,
         "ts": row.created_at,

@@ -23,7 +23,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from monitor.promtext import Labels, Parser, family_names
-from monitor.rulefiles.expr import Matcher, Sample, Series
+from monitor.rulefiles.promql import Matcher, Sample, Series
 
 # A line's last blank-separated field (its value, on a line that is `head value`), and the same
 # field when it can be a value read by `float` as the parser reads it (no '_', no blank).

@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol, TypedDict
 
 from monitor.canary import CANARY_HEADER
 from monitor.canary.outcome import OUTCOMES, Observed, Outcome, ProbeResult, judge, ttft_gap
@@ -36,6 +36,40 @@ class ProbeRunner(Protocol):
 
 
 ProberFactory = Callable[[CanaryProbe, str], ProbeRunner]
+
+
+class ProbeStatus(TypedDict):
+    """One probe in /api/v1/status: its settings (the key's variable by name, never its value) and
+    its last outcome (None until it has run)."""
+
+    name: str
+    base_url: str
+    model: str
+    target: str | None
+    interval_seconds: float
+    timeout_seconds: float
+    api_key_env: str | None
+    expect: str | None
+    up: bool | None
+    last_probe: float | None
+    outcome: Outcome | None
+    detail: str | None
+    http_status: int | None
+    ttft_seconds: float | None
+    tpot_seconds: float | None
+    e2e_seconds: float | None
+    output_tokens: int | None
+    tokens_from: Literal["usage", "chunks"] | None
+    ttft_gap_seconds: float | None
+    consecutive_failures: int
+    probes: dict[str, int]  # outcome -> how many, since start
+    skipped_slots: int
+
+
+class CanaryStatus(TypedDict):
+    user: str
+    header: str
+    probes: list[ProbeStatus]
 
 
 def sdk_prober(probe: CanaryProbe, user: str) -> ProbeRunner:
@@ -148,14 +182,14 @@ class CanaryCollector:
             return self.settings.gap_window.text
         return min(view.windows, key=lambda w: w.seconds).label
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> CanaryStatus:
         return {
             "user": self.settings.user,
             "header": CANARY_HEADER,
             "probes": [self._probe_status(state) for state in self.probes.values()],
         }
 
-    def _probe_status(self, state: ProbeState) -> dict[str, object]:
+    def _probe_status(self, state: ProbeState) -> ProbeStatus:
         probe, last = state.probe, state.last
         return {
             "name": probe.name,

@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 from zoneinfo import ZoneInfo
 
 from monitor.config import Settings
@@ -63,6 +63,14 @@ def serving_asleep(topology: TopologyMap, service: ServiceView) -> dict[GpuKey, 
         asleep[name] = target.up and bool(states) and awake == 0
     return {gpu: 1.0 if targets and all(asleep.get(t, False) for t in targets) else 0.0
             for gpu, targets in topology.by_gpu.items() if targets}
+
+
+class CostStatus(TypedDict):
+    """/api/v1/status' "layers"."cost"."""
+
+    present: bool
+    last_derivation: float
+    unpriced_gpus: int
 
 
 class CostCollector:
@@ -168,7 +176,7 @@ class CostCollector:
         rate = running.usd_per_hour
         return [(day, rate * seconds / 3600.0) for day, seconds in split_by_day(running.updated_ts, now, self.zone)]
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> CostStatus:
         return {"present": self.view.present, "last_derivation": self.view.ts,
                 "unpriced_gpus": len(self.view.numbers.unpriced)}
 

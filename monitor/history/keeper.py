@@ -20,8 +20,7 @@ import numpy as np
 
 from monitor.config import HistorySettings
 from monitor.history.store import DAY, SLOTS, STEP, StoredDay, empty_day, series_key
-from monitor.rulefiles.expr import Labels, Matcher, Sample, Selector, parse
-from monitor.rulefiles.promql import Track, TrendExpr, points_between
+from monitor.rulefiles.promql import Labels, Matcher, Sample, Track, parse, points_between
 from monitor.rulefiles.rules import RuleSet
 
 
@@ -240,11 +239,11 @@ def wanted_of(ruleset: RuleSet | None, series: Iterable[str]) -> list[Wanted]:
     wanted.append(Wanted("inference_ttft_seconds", (Matcher("quantile", "=", "0.99"), Matcher("window", "=", "5m")),
                          days=SPARKLINE_DAYS))
     for rule in ruleset.rules if ruleset is not None else ():
-        if isinstance(rule.expr, TrendExpr):
-            wanted.extend(Wanted(name, matchers) for name, matchers in rule.expr.selectors)
+        if rule.trend:
+            wanted.extend(Wanted(selector.name, selector.matchers) for selector in rule.expr.selectors)
     for text in series:
-        node = parse(text)
-        if not isinstance(node, Selector):
+        node = parse(text).selector
+        if node is None:
             raise ValueError(f"{text!r} is not a selector")
         wanted.append(Wanted(node.name, node.matchers, days=0))
     return list(dict.fromkeys(wanted))
@@ -252,7 +251,7 @@ def wanted_of(ruleset: RuleSet | None, series: Iterable[str]) -> list[Wanted]:
 
 def memory_days(ruleset: RuleSet | None) -> int:
     """Days in memory: the trend rules' longest reach and a day, and at least 15 (two weeks back)."""
-    reach = max((rule.expr.longest_reach for rule in ruleset.rules if isinstance(rule.expr, TrendExpr)),
+    reach = max((rule.expr.longest_reach for rule in ruleset.rules if rule.trend),
                 default=0.0) if ruleset is not None else 0.0
     return max(15, math.ceil(reach / DAY) + 1)
 

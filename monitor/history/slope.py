@@ -1,7 +1,7 @@
 """How fast a creep grows, and for how long: the trend rules' own number, shown.
 
 The growth a day is the creep rule's value: `Builder.per_day()` of `rulefiles/trends.py`, evaluated
-as a `TrendExpr` over the history where the creep rule's condition holds (`Builder.creep()`), so
+as an `Expr` over the history where the creep rule's condition holds (`Builder.creep()`), so
 the overview, `infermon status` and the digest say what the rule says, from the same PromQL (no
 second formula here). The crossing time is the forecast rule's `days_to_cross`.
 
@@ -21,13 +21,12 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
 from monitor.history.store import DAY, SLOTS, STEP, StoredDay
-from monitor.rulefiles.promql import History, HistoryAt, Track, TrendExpr, Vector
+from monitor.rulefiles.promql import History, HistoryAt, Track, Vector, parse
 from monitor.rulefiles.trends import QUANTITIES, WEEK, Builder, Quantity
 
 SCAN = 12 * 3600.0  # the age is read back in steps of this
@@ -82,12 +81,22 @@ def slope_of(history: History, q: Quantity, match: Mapping[str, str], at: float,
     """The slope of the series of `q` whose labels hold `match` (of several, the fastest growing);
     None without such a series in the history. Only those series are read (one alert's context
     is not a pass over the fleet)."""
-    (name,) = _expr(Builder(q, "up").level()).metric_names
+    (name,) = parse(Builder(q, "up").level()).metric_names
     chosen = [track for track in history.tracks(name) if _holds(_key(track.labels), match)]
     return pick(slopes(_Only(name, chosen), q, at, threshold), match)
 
 
-def row_fields(slope: Slope | None, threshold_shown: str) -> dict[str, Any]:
+class SlopeFields(TypedDict):
+    """A slope in a row: the growth a day, how long it grew, and when it crosses the threshold shown."""
+
+    per_day: float | None
+    growing_days: float | None
+    growing_at_least: bool
+    crosses_in_days: float | None
+    crosses: str | None
+
+
+def row_fields(slope: Slope | None, threshold_shown: str) -> SlopeFields:
     """A slope as the overview's trend rows and the digest's JSON carry it: None and no crossing
     where the creep rule's condition does not hold (no "+0.0 %/day")."""
     if slope is None or slope.per_day is None:
@@ -114,10 +123,10 @@ def slopes(history: History, q: Quantity, at: float, threshold: float | None = N
     b = Builder(q, "up")
     if here is None or here.history is not history or here.ts != at:
         here = HistoryAt(history, at)  # one instant: the expressions share their levels
-    levels = _by_key(_expr(b.level()).eval(here))
-    growth = {key: factor - 1 for key, factor in _by_key(_expr(f"{b.per_day()}\nand\n{b.creep()}").eval(here)).items()
+    levels = _by_key(parse(b.level()).eval(here))
+    growth = {key: factor - 1 for key, factor in _by_key(parse(f"{b.per_day()}\nand\n{b.creep()}").eval(here)).items()
               if math.isfinite(factor) and factor > 1}
-    crossing = _by_key(_expr(b.days_to_cross(threshold)).eval(here)) if threshold is not None and growth else {}
+    crossing = _by_key(parse(b.days_to_cross(threshold)).eval(here)) if threshold is not None and growth else {}
     ages = _ages(here, b, set(growth))
     out = {}
     for key, now in levels.items():
@@ -137,7 +146,7 @@ def _ages(here: HistoryAt, b: Builder, growing: set[Key]) -> dict[Key, tuple[flo
     (the week before one step is the level of a step a week further back)."""
     if not growing:
         return {}
-    (name,) = _expr(b.wow()).metric_names
+    (name,) = parse(b.wow()).metric_names
     candidates = {key: track for track in here.history.tracks(name)
                   if (key := _key(track.labels)) in growing and len(track.ts)}
     only = _Only(name, list(candidates.values()))
@@ -152,7 +161,7 @@ def _ages(here: HistoryAt, b: Builder, growing: set[Key]) -> dict[Key, tuple[flo
             ages[key] = ((back - SCAN) / DAY, True)
             del candidates[key]
         only.found = list(candidates.values())
-        ratios = _by_key(_expr(b.wow(back)).eval(scan)) if candidates else {}
+        ratios = _by_key(parse(b.wow(back)).eval(scan)) if candidates else {}
         for key in [k for k in candidates if not ratios.get(k, math.nan) > STILL_GROWING]:
             ages[key] = (back / DAY, False)
             del candidates[key]
@@ -167,11 +176,6 @@ class _Only:
 
     def tracks(self, name: str) -> Sequence[Track]:
         return self.found if name == self.name else ()
-
-
-@lru_cache(maxsize=256)  # the scan's offsets: up to the memory's days, two a day
-def _expr(text: str) -> TrendExpr:
-    return TrendExpr(text)
 
 
 def _key(labels: Mapping[str, str]) -> Key:

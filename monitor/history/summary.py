@@ -9,12 +9,11 @@ growth a day, for how long it has grown and when it crosses the paging threshold
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
 from monitor.history.keeper import RECENT, WEEK, HistoryKeeper, week_over_week
-from monitor.history.slope import pick, quantity, row_fields, slopes
+from monitor.history.slope import SlopeFields, pick, quantity, row_fields, slopes
 from monitor.history.store import DAY
 from monitor.rulefiles.promql import HistoryAt
 
@@ -24,12 +23,24 @@ SHOWN = {"quantile": "0.99", "window": "5m"}
 CREEP = quantity("TTFTP99")  # its forecast: the threshold the crossing time is told against
 
 
-def trend_rows(history: HistoryKeeper | None, now: float, here: HistoryAt | None = None) -> list[dict[str, Any]]:
+class TrendRow(SlopeFields):
+    """One target and model's P99 TTFT week over week (changes as fractions: +0.68 is +68 %)."""
+
+    target: str
+    model: str | None
+    metric: str
+    now: float  # the mean over the last 6 hours
+    vs_1w: float | None
+    vs_2w: float | None
+    daily: list[float | None]  # each UTC day's median, oldest first
+
+
+def trend_rows(history: HistoryKeeper | None, now: float, here: HistoryAt | None = None) -> list[TrendRow]:
     """One row per target and model with a P99 TTFT in the history, sorted by the 2-week change.
     `here`: the history read at `now` the trend rules were evaluated on (the slope reads its levels)."""
     if history is None:
         return []
-    rows = []
+    rows: list[TrendRow] = []
     forecast = CREEP.forecast
     shown = forecast.shown if forecast else ""
     found = slopes(history, CREEP, now, forecast.threshold if forecast else None, here)

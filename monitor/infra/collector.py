@@ -11,7 +11,7 @@ import importlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 
@@ -19,7 +19,7 @@ from monitor.config import InfraSettings, Target
 from monitor.health import HealthBook
 from monitor.infra.dcgm import WANTED, page_to_states
 from monitor.infra.ledger import ErrorLedger
-from monitor.infra.local import COLLECTOR, LocalGpus
+from monitor.infra.local import COLLECTOR, LocalGpus, LocalStatus
 from monitor.infra.nvml import NvmlBackend
 from monitor.infra.reading import GpuIdentity, GpuReading, GpuState, InfraView, NotPresent
 from monitor.infra.replay import ReplayNvml, load_trace
@@ -75,6 +75,35 @@ class DcgmTarget:
     error: str | None = None
 
 
+class DcgmTargetStatus(TypedDict):
+    name: str
+    url: str  # without credentials
+    last_scrape: float | None
+    up: bool
+    error: str | None
+    gpus: int
+
+
+class GpuStatus(TypedDict):
+    node: str
+    gpu: str
+    source: str
+    up: bool
+    error: str | None
+    uuid: str | None
+    model: str | None
+
+
+class InfraStatus(TypedDict):
+    """/api/v1/status' "layers"."infra"."""
+
+    interval_seconds: float
+    node: str
+    local: LocalStatus | None  # NVML or the replayed trace (None: off)
+    dcgm_targets: list[DcgmTargetStatus]
+    gpus: list[GpuStatus]
+
+
 class InfraCollector:
     def __init__(
         self,
@@ -117,7 +146,7 @@ class InfraCollector:
         # The scrape failed: the GPUs it showed last time are down, not frozen at old values.
         return [_down(g, state.error) for g in state.known]
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> InfraStatus:
         return {
             "interval_seconds": self.settings.interval.seconds,
             "node": self.settings.node,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import partial
+from typing import TypedDict
 
 from monitor.health import HealthBook
 from monitor.infra.reading import GpuBackend, GpuIdentity, GpuReading, GpuState, NotPresent
@@ -20,6 +21,16 @@ from monitor.infra.worker import DeviceWorker, Inbox, WorkerBusy
 
 log = logging.getLogger("monitor.infra")
 COLLECTOR = "infra"
+
+
+class LocalStatus(TypedDict):
+    """The local GPUs in /api/v1/status' "layers"."infra"."local"."""
+
+    source: str  # nvml | replay
+    present: bool
+    absent_reason: str | None  # why there are none (no driver, no NVML): not an error
+    gpus: int
+    stuck_calls: dict[str, float]  # GPU index -> seconds its NVML call has been running
 
 
 class LocalGpus:
@@ -93,7 +104,7 @@ class LocalGpus:
             return GpuState(self.node, gpu, self.source, up=False, identity=identity, error=entry.error)
         return GpuState(self.node, gpu, self.source, up=True, identity=identity, reading=reading)
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> LocalStatus:
         return {
             "source": self.source,
             "present": self.absent is None,

@@ -3,7 +3,8 @@
     data.py        prompt files (ShareGPT JSON, JSONL) -> prompts sampled to a scenario's lengths
     scenario.py    chat | batch | mixed | a scenario file: target lengths, load levels, goodput
     load.py        the load itself: warm-up, closed-loop concurrency or Poisson rate, per request; sweeps
-    lean.py        the openai SDK less its per-chunk model building (the client's largest CPU cost)
+    stream.py      the bench's own streaming client, on the wire's HTTP/1.1 client (monitor/wire/)
+    sse.py         an engine's event stream read as it arrives: SSE events, chat-completion chunks
     bounded.py     what one request may keep: its answer capped in bytes as it arrives
     sampling.py    GPU (NVML / dcgm-exporter / replay) and engine pages during a measured window
     conditions.py  the six variables and the rest of what a result is only valid under

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from monitor.wire.limits import ByteCap
+
 RESPONSE_FLOOR_BYTES = 4 * 1024 * 1024  # a request's answer may always be this large ...
 RESPONSE_BYTES_PER_TOKEN = 2048  # ... or this much a max_token, whichever is more (a chunk is ~250 B)
 EVENT_BYTES = 256 * 1024  # one SSE event (a delta); a token's chunk with logprobs is a few KB
@@ -139,17 +141,20 @@ class _CappedBody(httpx.AsyncByteStream):
             self.kept.too_large = reason
         return ResponseTooLarge(reason)
 
+    def _refuse(self, cap: int, declared: int | None) -> ResponseTooLarge:
+        if declared is not None:
+            return self._too_large(f"response too large: {declared} bytes declared, more than {size(cap)}")
+        return self._too_large(f"response too large: more than {size(cap)}")
+
     async def __aiter__(self) -> AsyncIterator[bytes]:
         if self.coding not in ("", "identity"):
             raise CompressedAnswer(f"the answer is compressed ({_short(self.coding)}) although identity was "
                                    "asked for: its size cannot be bounded")
-        if self.declared.isdigit() and int(self.declared) > self.cap:
-            raise self._too_large(f"response too large: {self.declared} bytes declared, more than {size(self.cap)}")
-        total, in_event, tail = 0, 0, b""
+        bound = ByteCap(self.cap, self._refuse)  # the wire's one byte cap
+        bound.declared(self.declared)
+        in_event, tail = 0, b""
         async for chunk in self.inner:
-            total += len(chunk)
-            if total > self.cap:
-                raise self._too_large(f"response too large: more than {size(self.cap)}")
+            bound.take(len(chunk))
             in_event, tail = _since_event(tail, chunk, in_event)
             if in_event > self.event_cap:
                 raise self._too_large(f"response too large: one SSE event of more than {size(self.event_cap)}")

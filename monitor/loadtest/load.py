@@ -1,7 +1,7 @@
 """The load: streamed chat completions at a fixed concurrency (closed loop) or a Poisson rate.
 
 Every request goes through a `Sender`: the bench's own streaming client (`stream.py`, the
-default: h11 on an asyncio protocol, each chunk read as it arrives, at the CPU cost of `vllm bench
+default: the wire's client, monitor/wire/, each chunk read as it arrives, at the CPU cost of `vllm bench
 serve`'s) or the canary's `observe_stream` (the openai SDK: `--client openai`). Both record on the
 canary's `Recording` (streaming, usage asked for, timed on the client's clock), so the bench and
 the canary measure the same way.
@@ -32,7 +32,6 @@ from monitor.canary.outcome import Observed, judge
 from monitor.canary.probe import observe_stream
 from monitor.loadtest.bounded import BoundedTransport, Caps, counting, response_limit
 from monitor.loadtest.data import Request
-from monitor.loadtest.lean import LeanAsyncOpenAI
 from monitor.loadtest.stats import Sample
 from monitor.loadtest.stream import StreamClient, proxied
 
@@ -211,13 +210,13 @@ _POOL = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
 
 
 def make_client(base_url: str, api_key: str | None, timeout_s: float, caps: Caps | None = None) -> openai.AsyncOpenAI:
-    """The SDK (less its per-chunk model building, `lean.py`) on an httpx client whose transport caps
-    every answer (`bounded.py`). The openai SDK takes an `httpx.AsyncClient` from 1.x on (3.x, on
+    """The openai SDK, as the canary uses it, on an httpx client whose transport caps every answer
+    (`bounded.py`). The openai SDK takes an `httpx.AsyncClient` from 1.x on (3.x, on
     httpx2, still accepts one)."""
     http = httpx.AsyncClient(transport=BoundedTransport(httpx.AsyncHTTPTransport(limits=_POOL), caps or Caps()),
                              timeout=timeout_s, follow_redirects=True)
     # cast: 3.x types the argument as an httpx2 client, and takes an httpx one as well
-    return LeanAsyncOpenAI(api_key=api_key or "EMPTY", base_url=base_url, max_retries=0, timeout=timeout_s,
+    return openai.AsyncOpenAI(api_key=api_key or "EMPTY", base_url=base_url, max_retries=0, timeout=timeout_s,
                            default_headers={BENCH_HEADER: "1"}, http_client=cast(Any, http))
 
 
@@ -233,7 +232,7 @@ class Sender(Protocol):
 
 
 class SdkSender:
-    """The openai SDK (less its per-chunk models, lean.py) through the canary's `observe_stream`."""
+    """The openai SDK through the canary's `observe_stream`."""
 
     name = "openai"
 

@@ -3,9 +3,10 @@
 The `openai` SDK reads a whole body before it looks at it (an error body too), and its timeout
 is per read: a judge that sends 100 MB, or one byte a second, holds the run. The SDK is given
 this client instead (an `httpx.AsyncClient`, which every supported SDK version takes: 1.x is
-built on httpx, 3.x on httpx2 and accepts an httpx client as well). A response hook wraps each
-body in a stream that raises `AnswerRejected` past the cap, so at most the cap is ever held;
-a Content-Length past it is refused before any byte of the body is read. The client asks for
+built on httpx, 3.x on httpx2 and accepts an httpx client as well). A response hook puts each
+body through the wire's byte cap (`monitor.wire.limits`), which raises `AnswerRejected` past it,
+so at most the cap is ever held; a Content-Length past it is refused before any byte of the body
+is read. The client asks for
 `Accept-Encoding: identity` and refuses an encoded answer: a gzip bomb of a few kB decodes to
 gigabytes, past any cap counted on the wire. The deadline of a whole call is the judge's
 (`asyncio.timeout`), not the client's.
@@ -13,9 +14,9 @@ gigabytes, past any cap counted on the wire. The deadline of a whole call is the
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import httpx
+
+from monitor.wire.limits import ByteCap, CappedStream
 
 SHORTEST_SECRET_KEY = 8  # a placeholder key ("EMPTY" for local servers) is no secret: scrubbing it garbles text
 MIN_ANSWER_BYTES = 2**20  # 1 MiB: a verdict is a few hundred bytes, an error page a few kB
@@ -54,23 +55,10 @@ def size_text(count: int) -> str:
     return f"{count // 2**20} MiB" if count % 2**20 == 0 else f"{count} bytes"
 
 
-class CappedStream(httpx.AsyncByteStream):
-    """A response body that raises past `cap` bytes; closing it closes the connection under it."""
-
-    def __init__(self, inner: httpx.AsyncByteStream, cap: int) -> None:
-        self.inner = inner
-        self.cap = cap
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        seen = 0
-        async for chunk in self.inner:
-            seen += len(chunk)
-            if seen > self.cap:
-                raise AnswerRejected(f"answer larger than {size_text(self.cap)} (not read further)")
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+def _answer_too_large(cap: int, declared: int | None) -> AnswerRejected:
+    if declared is not None:
+        return AnswerRejected(f"answer larger than {size_text(cap)} (Content-Length {declared}): not read")
+    return AnswerRejected(f"answer larger than {size_text(cap)} (not read further)")
 
 
 def capped_client(cap: int, timeout_s: float, connections: int) -> httpx.AsyncClient:
@@ -78,11 +66,10 @@ def capped_client(cap: int, timeout_s: float, connections: int) -> httpx.AsyncCl
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             raise AnswerRejected(f"answer in Content-Encoding {encoding[:40]} (identity was asked for): not read")
-        length = response.headers.get("content-length", "")
-        if length.isdigit() and int(length) > cap:
-            raise AnswerRejected(f"answer larger than {size_text(cap)} (Content-Length {length}): not read")
+        bound = ByteCap(cap, _answer_too_large)
+        bound.declared(response.headers.get("content-length", ""))
         if isinstance(response.stream, httpx.AsyncByteStream):
-            response.stream = CappedStream(response.stream, cap)
+            response.stream = CappedStream(response.stream, bound)
 
     # The SDK's own defaults otherwise: redirects followed, proxies from the environment.
     limits = httpx.Limits(max_connections=max(100, connections), max_keepalive_connections=max(20, connections))

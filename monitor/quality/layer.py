@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from monitor.config import JsonlSource as JsonlConfig
 from monitor.config import LangfuseSource as LangfuseConfig
@@ -60,6 +60,26 @@ def build_sources(settings: QualitySettings, store: QualityStore) -> list[Sample
         else:
             sources.append(RequestLogSource(store))
     return sources
+
+
+class JudgeStatus(TypedDict):
+    base_url: str  # without credentials
+    model: str
+
+
+class RunStatus(TypedDict):
+    date: str
+    finished: float
+
+
+class QualityStatus(TypedDict):
+    """/api/v1/status' "layers"."quality"."""
+
+    schedule: str | None  # the daily run's cron (None: runs are off)
+    timezone: str
+    sources: list[str]
+    judge: JudgeStatus
+    latest: dict[str, RunStatus]  # model -> its newest finished run
 
 
 class QualityLayer:
@@ -112,7 +132,7 @@ class QualityLayer:
         if retention is not None:
             await self._store(self.store.prune_samples, self.wall() - retention)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> QualityStatus:
         return {
             "schedule": self.settings.schedule if self.settings.enabled else None,
             "timezone": self.settings.timezone,

@@ -1,53 +1,66 @@
-"""The trend half of the rule language: PromQL over a history, as Prometheus evaluates it.
+"""The rule language: PromQL, parsed by `promql-parser` and evaluated here, on a page or over a history.
 
-The instant subset (`expr.py`) reads one page; a trend rule reads days of a series: range
-selectors, `offset`, the `*_over_time` functions, `deriv`/`predict_linear` and arithmetic between
-vectors. Parsing that by hand would be a second PromQL parser; the expression is parsed by the
-`promql-parser` package (Rust, the grammar of Prometheus' own parser) and evaluated here, over
-a `History`: every stored point of a metric's series, oldest first.
+Every rule expression, instant or trend, is parsed by the `promql-parser` package (Rust, the grammar
+of Prometheus' own parser) into one tree and evaluated by that tree's own nodes, with Prometheus'
+semantics (promql/engine.go and functions.go, 2.x), on one of two sources:
 
-What is evaluated, with Prometheus' semantics (promql/engine.go and functions.go, 2.x):
+- a page, `Samples`: metric name -> its series, as the readers of /metrics pages keep them (an
+  instant rule, every tick; `Series` keeps each selector's matches while the page's series stay);
+- a `HistoryAt`: a `History` (every stored point of a metric's series, oldest first) read at one
+  instant. An instant selector takes each series' newest point in [t - 5m, t] (`offset` shifts t);
+  a range selector `v[r] offset o` the points in [t - o - r, t - o] (2.x: both ends in; Prometheus
+  3 leaves the left end out, which moves nothing on a history of 5-minute points evaluated off its
+  grid).
 
-- an instant selector takes each series' newest point in [t - 5m, t] (`offset` shifts t);
-- a range selector `v[r] offset o` takes the points in [t - o - r, t - o] (2.x: both ends in;
-  Prometheus 3 leaves the left end out, which moves nothing on a history of 5-minute points
-  evaluated off its grid);
+An expression that reads the past (a range selector or `offset`) reads the history
+(`Expr.reads_history`); on a page its past is empty, and so is what it selects there.
+
+What is evaluated:
+
+- selectors with `=`, `!=`, `=~`, `!~` matchers (regexes anchored, as in PromQL);
 - `avg_, sum_, min_, max_, count_, last_, stddev_over_time`, `quantile_over_time(φ, v)`,
   `deriv(v)`, `predict_linear(v, s)` (the least-squares line through the points, read at the
-  evaluation time plus s), `changes(v)`, `abs`, `clamp_min`, `clamp_max`, `ln`, `exp`; a function drops the
-  metric name (but `last_over_time`);
-- `+ - * / %` and comparisons between a vector and a number or two vectors matched one to one
+  evaluation time plus s), `changes(v)`, `abs`, `clamp_min`, `clamp_max`, `ln`, `exp`; a function
+  drops the metric name (but `last_over_time`);
+- `+ - * / % ^` and comparisons between a vector and a number or two vectors matched one to one
   (on every label but the name, or `on(...)` / `ignoring(...)`): arithmetic drops the name, a
-  comparison filters and keeps the left sample; `and`, `or`, `unless` as in the instant subset.
+  comparison filters and keeps the left sample (a number on the left keeps the vector's sample);
+- `and`, `or`, `unless`, matching on every label but `__name__`, or on the `on(...)` list, or on
+  every label but `__name__` and the `ignoring(...)` list; `or` keeps all of the left side and the
+  right-side samples whose match is not on the left; `or` binds looser than `and`/`unless`.
 
-Anything else (aggregations, subqueries, `group_left`, `bool`, `@`) raises `OutsideSubset` when
-the rule is loaded; data that cannot be evaluated (two right-hand series for one left-hand one)
-raises `TrendError`, the rule's evaluation error.
+Anything else (aggregations, subqueries, `rate()` and the other functions, `group_left`, `bool`,
+`@`) raises `OutsideSubset` when the rule is loaded, saying what was found: Prometheus evaluates
+it, we do not pretend to. Data that cannot be evaluated (two right-hand series for one left-hand
+one) raises `TrendError`, the rule's evaluation error. An expression nested past `MAX_DEPTH`
+raises `TooDeep` before the parser sees it (the Rust parser's stack is the process').
 """
 
 from __future__ import annotations
 
 import math
 import operator
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from functools import lru_cache
+from typing import Any, Protocol, overload
 
 import numpy as np
 import promql_parser
 
-from monitor.rulefiles.expr import Labels, Matcher, OutsideSubset, Sample
+Labels = Mapping[str, str]
+Sample = tuple[Labels, float]
+Samples = Mapping[str, Sequence[Sample]]  # metric name -> its series (labels include __name__)
+Vector = list[tuple[Labels, float]]
 
 LOOKBACK = 300.0  # Prometheus' default lookback delta for an instant selector
 
-_ARITHMETIC: dict[str, Callable[[float, float], float]] = {
-    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": lambda a, b: _divide(a, b),
-    "%": lambda a, b: math.fmod(a, b) if b != 0 else math.nan, "^": lambda a, b: _power(a, b),
-}
-_COMPARISON: dict[str, Callable[[float, float], bool]] = {
+# The one table of comparison operators (the rule files' thresholds and the causes read it too).
+COMPARISONS: dict[str, Callable[[float, float], bool]] = {
     "==": operator.eq, "!=": operator.ne, ">": operator.gt, "<": operator.lt, ">=": operator.ge, "<=": operator.le,
 }
-_SET = ("and", "or", "unless")
+SWAPPED = {"==": "==", "!=": "!=", ">": "<", "<": ">", ">=": "<=", "<=": ">="}  # 1 < x is x > 1
 
 
 def _divide(a: float, b: float) -> float:
@@ -63,8 +76,70 @@ def _power(a: float, b: float) -> float:
         return math.inf
 
 
+ARITHMETIC: dict[str, Callable[[float, float], float]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": _divide,
+    "%": lambda a, b: math.fmod(a, b) if b != 0 else math.nan, "^": _power,
+}
+SET_OPS = ("and", "or", "unless")
+
+
+class OutsideSubset(ValueError):
+    """The expression is valid PromQL, or not, but not what the embedded evaluator evaluates."""
+
+
+class TooDeep(ValueError):
+    """An expression no rule file needs: parsing or evaluating it would exhaust the stack."""
+
+
 class TrendError(ValueError):
     """An expression that cannot be evaluated on this data (as Prometheus' own evaluation errors)."""
+
+
+MAX_DEPTH = 100  # operators and parentheses nested in one expression (the shipped rules use at most 30)
+MAX_OPERATORS = 1000  # in one expression (the shipped rules use at most 150): the parser's time grows as its square
+TOO_DEEP = f"expression nested too deep (at most {MAX_DEPTH} levels of operators and parentheses)"
+
+
+# --- the sources ------------------------------------------------------------------------------
+
+class Series(Sequence[Sample]):
+    """One metric's samples as a reader of page after page keeps them: the label dicts (the same
+    list while the page's series stay as they were) beside this page's values. A selector keeps
+    which series it matched in `matches`, which lives as long as that list: on a large fleet the
+    rules' matchers ran on every series every tick, with the same answer."""
+
+    __slots__ = ("labels", "matches", "values")
+
+    def __init__(self, labels: Sequence[Labels], values: Sequence[float],
+                 matches: dict[tuple[Matcher, ...], list[int]]) -> None:
+        if len(labels) != len(values):
+            raise ValueError(f"{len(labels)} label sets for {len(values)} values")
+        self.labels, self.values, self.matches = labels, values, matches
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @overload
+    def __getitem__(self, index: int) -> Sample: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Sample]: ...
+    def __getitem__(self, index: int | slice) -> Sample | list[Sample]:
+        if isinstance(index, slice):
+            return list(zip(self.labels[index], self.values[index], strict=True))
+        return self.labels[index], self.values[index]
+
+    def __iter__(self) -> Iterator[Sample]:
+        return zip(self.labels, self.values, strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # a sequence that compares by content
+
+    def __repr__(self) -> str:
+        return f"Series({list(self)!r})"
 
 
 @dataclass(frozen=True)
@@ -84,13 +159,13 @@ class History(Protocol):
 
 class HistoryAt(Mapping[str, Sequence[Sample]]):
     """A history read at the instant `ts`: as a mapping, the instant samples there (each series'
-    newest point in the lookback), so the instant subset reads it as it reads a page."""
+    newest point in the lookback), so whatever reads a page reads it too."""
 
     def __init__(self, history: History, ts: float) -> None:
         self.history, self.ts = history, ts
         # A range function's vector at this instant, by its node: the trend rules share their
         # levels (the same `avg_over_time(x[6h] offset 1w)` in many rules), each read once.
-        self.cache: dict[Any, Vector] = {}
+        self.cache: dict[Call, Vector] = {}
 
     def __getitem__(self, name: str) -> Sequence[Sample]:
         return [(track.labels, value) for track in self.history.tracks(name)
@@ -117,82 +192,371 @@ def points_between(track: Track, start: float, end: float) -> tuple[np.ndarray, 
     return track.ts[lo:hi], track.values[lo:hi]
 
 
-# --- the tree we evaluate ---------------------------------------------------------------------
+# --- the tree, each node its own evaluation ------------------------------------------------------
 
-_MATCH_OPS = {"MatchOp.Equal": "=", "MatchOp.NotEqual": "!=", "MatchOp.Re": "=~", "MatchOp.NotRe": "!~"}
+@dataclass(frozen=True)
+class Matcher:
+    label: str
+    op: str  # = != =~ !~
+    value: str
+
+    def matches(self, labels: Labels) -> bool:
+        actual = labels.get(self.label, "")
+        if self.op == "=":
+            return actual == self.value
+        if self.op == "!=":
+            return actual != self.value
+        found = re.fullmatch(self.value, actual) is not None  # PromQL regexes are anchored
+        return found if self.op == "=~" else not found
 
 
 @dataclass(frozen=True)
-class _Selector:
+class Selector:
     name: str
-    matchers: tuple[Matcher, ...]
-    offset: float
-    range: float | None  # seconds, for a range selector
+    matchers: tuple[Matcher, ...] = ()
+    offset: float = 0.0  # seconds
+    range: float | None = None  # seconds, for a range selector (a function's argument)
+
+    def eval(self, samples: Samples) -> Vector:
+        if isinstance(samples, HistoryAt):
+            at = samples.ts - self.offset
+            return [(t.labels, v) for t in self.tracks(samples.history) if (v := _instant(t, at)) is not None]
+        if self.offset:
+            return []  # a page has no past
+        found = samples.get(self.name, ())
+        if not isinstance(found, Series):
+            return [s for s in found if all(m.matches(s[0]) for m in self.matchers)]
+        labels, values = found.labels, found.values
+        if not self.matchers:
+            return list(zip(labels, values, strict=True))
+        chosen = found.matches.get(self.matchers)
+        if chosen is None:
+            chosen = found.matches[self.matchers] = [
+                index for index, series in enumerate(labels) if all(m.matches(series) for m in self.matchers)]
+        return [(labels[index], values[index]) for index in chosen]
 
     def tracks(self, history: History) -> list[Track]:
         return [t for t in history.tracks(self.name) if all(m.matches(t.labels) for m in self.matchers)]
 
 
 @dataclass(frozen=True)
-class _Number:
+class Number:
     value: float
 
-
-@dataclass(frozen=True)
-class _Call:
-    name: str
-    args: tuple[Any, ...]  # nodes; a range selector where the function takes one
+    def eval(self, samples: Samples) -> float:
+        return self.value
 
 
 @dataclass(frozen=True)
-class _Negate:
-    operand: Any
+class Compare:
+    """A vector compared with a number: the vector's samples that pass, value and labels kept."""
+
+    operand: Node
+    op: str  # as if the number were on the right (`1 < x` is `x > 1`)
+    threshold: float
+
+    def eval(self, samples: Samples) -> Vector:
+        test = COMPARISONS[self.op]
+        found = self.operand.eval(samples)
+        assert not isinstance(found, float)
+        return [s for s in found if test(s[1], self.threshold)]
 
 
 @dataclass(frozen=True)
-class _Binary:
+class SetOp:
+    op: str  # and | or | unless
+    left: Node
+    right: Node
+    on: tuple[str, ...] | None = None  # on(...) labels; None: every label but __name__ and `ignoring`
+    ignoring: tuple[str, ...] = ()
+
+    def signature(self, labels: Labels) -> tuple[tuple[str, str], ...]:
+        return _signature(labels, self.on, self.ignoring)
+
+    def eval(self, samples: Samples) -> Vector:
+        left, right = self.left.eval(samples), self.right.eval(samples)
+        assert not isinstance(left, float) and not isinstance(right, float)
+        if self.op == "or":
+            seen = {self.signature(s[0]) for s in left}
+            return left + [s for s in right if self.signature(s[0]) not in seen]
+        matched = {self.signature(s[0]) for s in right}
+        keep = self.op == "and"
+        return [s for s in left if (self.signature(s[0]) in matched) == keep]
+
+
+@dataclass(frozen=True)
+class Negate:
+    operand: Node
+
+    def eval(self, samples: Samples) -> Vector:
+        found = self.operand.eval(samples)
+        assert not isinstance(found, float)
+        return [(_without_name(labels), -value) for labels, value in found]
+
+
+@dataclass(frozen=True)
+class Binary:
+    """Arithmetic (a vector and a number, or two vectors) and comparison of two vectors, matched
+    one to one."""
+
     op: str
-    left: Any
-    right: Any
-    on: tuple[str, ...] | None
-    ignoring: tuple[str, ...]
+    left: Node
+    right: Node
+    on: tuple[str, ...] | None = None
+    ignoring: tuple[str, ...] = ()
+
+    def eval(self, samples: Samples) -> Vector:
+        left, right = self.left.eval(samples), self.right.eval(samples)
+        if isinstance(left, float) or isinstance(right, float):
+            return _with_number(self.op, left, right)
+        return self._matched(left, right)
+
+    def _matched(self, left: Vector, right: Vector) -> Vector:
+        op = self.op
+        index: dict[tuple[tuple[str, str], ...], tuple[Labels, float]] = {}
+        for labels, value in right:
+            key = _signature(labels, self.on, self.ignoring)
+            if key in index:
+                raise TrendError(f"many-to-many matching in {op!r}: two right-hand series match {dict(key)}")
+            index[key] = (labels, value)
+        out: Vector = []
+        matched: set[tuple[tuple[str, str], ...]] = set()
+        for labels, value in left:
+            key = _signature(labels, self.on, self.ignoring)
+            match = index.get(key)
+            if match is None:
+                continue
+            if key in matched:
+                raise TrendError(f"many-to-one matching in {op!r}: two left-hand series match {dict(key)} "
+                                 "(group_left is left to Prometheus)")
+            matched.add(key)
+            if op in COMPARISONS:
+                if COMPARISONS[op](value, match[1]):
+                    out.append((labels, value))
+                continue
+            result = _without_name(labels)
+            if self.on is not None:
+                result = {k: v for k, v in result.items() if k in self.on}
+            elif self.ignoring:
+                result = {k: v for k, v in result.items() if k not in self.ignoring}
+            out.append((result, ARITHMETIC[op](value, match[1])))
+        return out
 
 
-_RANGE_FUNCTIONS = {"avg_over_time", "sum_over_time", "min_over_time", "max_over_time", "count_over_time",
-                    "last_over_time", "stddev_over_time", "quantile_over_time", "deriv", "predict_linear", "changes"}
-_INSTANT_FUNCTIONS = {"abs", "clamp_min", "clamp_max", "ln", "exp"}
+RANGE_FUNCTIONS = frozenset({"avg_over_time", "sum_over_time", "min_over_time", "max_over_time", "count_over_time",
+                             "last_over_time", "stddev_over_time", "quantile_over_time", "deriv", "predict_linear",
+                             "changes"})
+INSTANT_FUNCTIONS = frozenset({"abs", "clamp_min", "clamp_max", "ln", "exp"})
 
 
-def _convert(node: Any) -> Any:
+@dataclass(frozen=True)
+class Call:
+    name: str
+    args: tuple[Node, ...]  # a range selector where the function takes one; numbers for its parameters
+
+    def eval(self, samples: Samples) -> Vector:
+        if self.name in INSTANT_FUNCTIONS:
+            return self._instant(samples)
+        if not isinstance(samples, HistoryAt):
+            return []  # a page has no past
+        found = samples.cache.get(self)
+        if found is None:
+            found = samples.cache[self] = self._over_range(samples)
+        return found
+
+    def _parameters(self) -> list[float]:
+        return [a.value for a in self.args if isinstance(a, Number)]
+
+    def _instant(self, samples: Samples) -> Vector:
+        vector = self.args[0].eval(samples)
+        assert not isinstance(vector, float)
+        bound = self._parameters()
+        fn: Callable[[float], float] = {
+            "abs": abs, "clamp_min": lambda v: max(v, bound[0]), "clamp_max": lambda v: min(v, bound[0]),
+            "ln": _ln, "exp": _exp,
+        }[self.name]
+        return [(_without_name(labels), fn(value)) for labels, value in vector]
+
+    def _over_range(self, at: HistoryAt) -> Vector:
+        selector = next(a for a in self.args if isinstance(a, Selector) and a.range is not None)
+        assert selector.range is not None
+        end = at.ts - selector.offset
+        start = end - selector.range
+        parameter = self._parameters()
+        out: Vector = []
+        for track in selector.tracks(at.history):
+            times, values = points_between(track, start, end)
+            value = _over_time(self.name, times, values, parameter, at.ts)
+            if value is not None:  # last_over_time keeps the metric name, as in Prometheus
+                out.append((track.labels if self.name == "last_over_time" else _without_name(track.labels), value))
+        return out
+
+
+Node = Selector | Number | Compare | SetOp | Negate | Binary | Call
+
+
+def children(node: Node) -> tuple[Node, ...]:
+    if isinstance(node, Compare | Negate):
+        return (node.operand,)
+    if isinstance(node, SetOp | Binary):
+        return (node.left, node.right)
+    if isinstance(node, Call):
+        return node.args
+    return ()
+
+
+def walk(node: Node) -> Iterator[Node]:
+    """Every node of the tree, without recursion."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(children(current)))
+
+
+def depth(node: Node) -> int:
+    """Levels of the tree, counted without recursion."""
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        current, level = stack.pop()
+        deepest = max(deepest, level)
+        stack += [(child, level + 1) for child in children(current)]
+    return deepest
+
+
+# --- an expression --------------------------------------------------------------------------
+
+class Expr:
+    """A parsed rule expression; `eval` gives its vector on a page or on a `HistoryAt`."""
+
+    __slots__ = ("metric_names", "root", "selectors", "text")
+
+    def __init__(self, text: str, root: Node) -> None:
+        self.text, self.root = text, root
+        self.selectors = tuple(node for node in walk(root) if isinstance(node, Selector))
+        self.metric_names = frozenset(selector.name for selector in self.selectors)
+
+    def eval(self, samples: Samples) -> Vector:
+        result = self.root.eval(samples)
+        return [] if isinstance(result, float) else result
+
+    @property
+    def selector(self) -> Selector | None:
+        """The expression's one instant selector, when that is all it is."""
+        root = self.root
+        return root if isinstance(root, Selector) and not root.offset and root.range is None else None
+
+    @property
+    def reads_history(self) -> bool:
+        """Whether it reads the past (a range selector or an offset): a trend expression."""
+        return any(s.offset or s.range is not None for s in self.selectors)
+
+    @property
+    def longest_reach(self) -> float:
+        """How far back, in seconds, the expression reads (the history it needs)."""
+        return max((s.offset + (s.range if s.range is not None else LOOKBACK) for s in self.selectors),
+                   default=0.0)
+
+    @property
+    def shortest_range(self) -> float:
+        """The shortest range selector's range in seconds (inf without one)."""
+        return min((s.range for s in self.selectors if s.range is not None), default=math.inf)
+
+    def __repr__(self) -> str:
+        return f"Expr({self.text!r})"
+
+
+_LEXEME = re.compile(r"""
+    "(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`      # strings: nothing in them counts
+  | \#[^\n]*                                        # a comment
+  | (?P<open>\() | (?P<close>\))
+  | (?P<op>\b(?:and|or|unless)\b|==|!=|>=|<=|[<>+\-*/%^])
+""", re.VERBOSE)
+
+
+def _guard(text: str) -> None:
+    """Refuse what would take the parser past its stack or its patience, from the text alone."""
+    level = operators = 0
+    for match in _LEXEME.finditer(text):
+        if match.lastgroup == "open":
+            level += 1
+            if level > MAX_DEPTH:
+                raise TooDeep(TOO_DEEP)
+        elif match.lastgroup == "close":
+            level -= 1
+        elif match.lastgroup == "op":
+            operators += 1
+            if operators > MAX_OPERATORS:
+                raise TooDeep(TOO_DEEP)
+
+
+def _parsed_depth(tree: Any) -> int:
+    """Levels of promql-parser's tree, counted without recursion, before it is converted."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        current, level = stack.pop()
+        deepest = max(deepest, level)
+        if deepest > MAX_DEPTH:
+            break
+        kind = type(current).__name__
+        if kind == "BinaryExpr":
+            stack += [(current.lhs, level + 1), (current.rhs, level + 1)]
+        elif kind in ("ParenExpr", "UnaryExpr"):
+            stack.append((current.expr, level + 1))
+        elif kind == "Call":
+            stack += [(arg, level + 1) for arg in current.args]
+    return deepest
+
+
+@lru_cache(maxsize=512)  # an `Expr` does not change; the trend views parse the same few texts again and again
+def parse(text: str) -> Expr:
+    """Parse a rule expression: `OutsideSubset` says why one is not evaluated here, `TooDeep`
+    refuses one nested past MAX_DEPTH (a 20,000-term `or` chain, 50,000 parentheses)."""
+    _guard(text)
+    try:
+        tree = promql_parser.parse(text)
+    except ValueError as exc:
+        raise OutsideSubset(f"not valid PromQL: {exc}") from None
+    if _parsed_depth(tree) > MAX_DEPTH:
+        raise TooDeep(TOO_DEEP)
+    root = _convert(tree)
+    if isinstance(root, Number):
+        raise OutsideSubset("a rule expression must select a series")
+    if isinstance(root, Selector) and root.range is not None:
+        raise OutsideSubset("a range selector is a function's argument, not a rule's result")
+    return Expr(text, root)
+
+
+# --- promql-parser's tree into ours ---------------------------------------------------------------
+
+_MATCH_OPS = {"MatchOp.Equal": "=", "MatchOp.NotEqual": "!=", "MatchOp.Re": "=~", "MatchOp.NotRe": "!~"}
+
+
+def _convert(node: Any) -> Node:
     kind = type(node).__name__
     if kind == "ParenExpr":
         return _convert(node.expr)
     if kind == "NumberLiteral":
-        return _Number(float(node.val))
+        return Number(float(node.val))
     if kind == "UnaryExpr":
-        return _Negate(_convert(node.expr))
+        operand = _convert(node.expr)
+        return Number(-operand.value) if isinstance(operand, Number) else Negate(operand)
     if kind == "VectorSelector":
         return _selector(node, None)
     if kind == "MatrixSelector":
         return _selector(node.vector_selector, node.range.total_seconds())
     if kind == "Call":
-        name = node.func.name
-        if name not in _RANGE_FUNCTIONS | _INSTANT_FUNCTIONS:
-            raise OutsideSubset(f"the function {name}() is not evaluated by the embedded trend rules")
-        args = tuple(_convert(arg) for arg in node.args)
-        ranged = [a for a in args if isinstance(a, _Selector) and a.range is not None]
-        if (name in _RANGE_FUNCTIONS) != bool(ranged):
-            raise OutsideSubset(f"{name}() takes {'a range' if name in _RANGE_FUNCTIONS else 'an instant'} vector")
-        return _Call(name, args)
+        return _call(node)
     if kind == "BinaryExpr":
         return _binary(node)
-    raise OutsideSubset(f"{kind} is not evaluated by the embedded trend rules (aggregations and subqueries "
-                        "are left to Prometheus)")
+    if kind == "AggregateExpr":
+        raise OutsideSubset(f"the aggregation {node.op!s}() is left to Prometheus")
+    raise OutsideSubset(f"{kind} is left to Prometheus (subqueries, strings)")
 
 
-def _selector(node: Any, seconds: float | None) -> _Selector:
+def _selector(node: Any, seconds: float | None) -> Selector:
     if node.at is not None:
-        raise OutsideSubset("the @ modifier is not evaluated by the embedded trend rules")
+        raise OutsideSubset("the @ modifier is left to Prometheus")
     matchers = []
     name = node.name or ""
     for m in node.matchers.matchers:
@@ -200,23 +564,40 @@ def _selector(node: Any, seconds: float | None) -> _Selector:
         if m.name == "__name__" and op == "=":
             name = m.value
             continue
+        if op in ("=~", "!~"):
+            _check_regex(m.value)
         matchers.append(Matcher(m.name, op, m.value))
     if not name or node.matchers.or_matchers:
-        raise OutsideSubset("a selector needs a metric name (and no `or` matchers) in the embedded trend rules")
+        raise OutsideSubset("a selector needs a metric name (and no `or` matchers)")
     offset = node.offset.total_seconds() if node.offset is not None else 0.0
-    return _Selector(name, tuple(matchers), offset, seconds)
+    return Selector(name, tuple(matchers), offset, seconds)
 
 
-def _binary(node: Any) -> _Binary:
+def _call(node: Any) -> Call:
+    name = node.func.name
+    if name not in RANGE_FUNCTIONS | INSTANT_FUNCTIONS:
+        raise OutsideSubset(f"the function {name}() is left to Prometheus")
+    args = tuple(_convert(arg) for arg in node.args)
+    ranged = [a for a in args if isinstance(a, Selector) and a.range is not None]
+    if (name in RANGE_FUNCTIONS) != bool(ranged):
+        raise OutsideSubset(f"{name}() takes {'a range' if name in RANGE_FUNCTIONS else 'an instant'} vector")
+    if any(not isinstance(a, Number | Selector) for a in args if a not in ranged) and name in RANGE_FUNCTIONS:
+        raise OutsideSubset(f"a parameter of {name}() must be a number")
+    if name in INSTANT_FUNCTIONS and any(not isinstance(a, Number) for a in args[1:]):
+        raise OutsideSubset(f"a parameter of {name}() must be a number")
+    return Call(name, args)
+
+
+def _binary(node: Any) -> Node:
     op = str(node.op)
     modifier = node.modifier
     on: tuple[str, ...] | None = None
     ignoring: tuple[str, ...] = ()
     if modifier is not None:
         if modifier.return_bool:
-            raise OutsideSubset("`bool` comparisons are not evaluated by the embedded trend rules")
+            raise OutsideSubset("the `bool` modifier is left to Prometheus")
         if str(modifier.card) not in ("VectorMatchCardinality.OneToOne", "VectorMatchCardinality.ManyToMany"):
-            raise OutsideSubset("group_left/group_right are not evaluated by the embedded trend rules")
+            raise OutsideSubset(f"group_left/group_right are left to Prometheus (with {op!r})")
         matching = modifier.matching
         if matching is not None:
             labels = tuple(matching.labels)
@@ -224,157 +605,56 @@ def _binary(node: Any) -> _Binary:
                 on = labels
             else:
                 ignoring = labels
-    if op not in _ARITHMETIC and op not in _COMPARISON and op not in _SET:
-        raise OutsideSubset(f"the operator {op!r} is not evaluated by the embedded trend rules")
-    return _Binary(op, _convert(node.lhs), _convert(node.rhs), on, ignoring)
+    if op not in ARITHMETIC and op not in COMPARISONS and op not in SET_OPS:
+        raise OutsideSubset(f"the operator {op!r} is left to Prometheus")
+    left, right = _convert(node.lhs), _convert(node.rhs)
+    numbers = isinstance(left, Number), isinstance(right, Number)
+    if op in SET_OPS:
+        if any(numbers):
+            raise OutsideSubset(f"`{op}` needs a vector on both sides")
+        return SetOp(op, left, right, on, ignoring)
+    if all(numbers):
+        if op in COMPARISONS:
+            raise OutsideSubset("a comparison between two numbers needs `bool`")
+        assert isinstance(left, Number) and isinstance(right, Number)
+        return Number(ARITHMETIC[op](left.value, right.value))
+    if op in COMPARISONS and isinstance(right, Number):
+        return Compare(left, op, right.value)
+    if op in COMPARISONS and isinstance(left, Number):
+        return Compare(right, SWAPPED[op], left.value)
+    return Binary(op, left, right, on, ignoring)
 
 
-# --- evaluation -------------------------------------------------------------------------------
-
-Vector = list[tuple[Labels, float]]
-
-
-class TrendExpr:
-    """A parsed trend expression; `eval` on a `HistoryAt` gives the vector at its instant (on
-    anything else, a page without a history behind it, the empty vector: nothing to compare)."""
-
-    def __init__(self, text: str) -> None:
-        try:
-            tree = promql_parser.parse(text)
-        except ValueError as exc:
-            raise OutsideSubset(f"not valid PromQL: {exc}") from None
-        self.text = text
-        self.root = _convert(tree)
-        if isinstance(self.root, _Number):
-            raise OutsideSubset("a rule expression must select a series")
-
-    def eval(self, samples: Mapping[str, Sequence[Sample]]) -> Vector:
-        if not isinstance(samples, HistoryAt):
-            return []
-        result = _eval(self.root, samples.history, samples.ts, samples.cache)
-        if isinstance(result, float):
-            return []
-        return result
-
-    @property
-    def metric_names(self) -> set[str]:
-        return _names(self.root)
-
-    @property
-    def selectors(self) -> list[tuple[str, tuple[Matcher, ...]]]:
-        """Every selector's metric name and matchers (what the history must keep for this rule)."""
-        return _selectors(self.root)
-
-    @property
-    def longest_reach(self) -> float:
-        """How far back, in seconds, the expression reads (the history it needs)."""
-        return _reach(self.root)
-
-    @property
-    def shortest_range(self) -> float:
-        """The shortest range selector's range in seconds (inf without one)."""
-        return _shortest(self.root)
-
-    def __repr__(self) -> str:
-        return f"TrendExpr({self.text!r})"
+def _check_regex(value: str) -> None:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise OutsideSubset(f"regex {value!r} does not compile here: {exc}") from None
 
 
-def _names(node: Any) -> set[str]:
-    if isinstance(node, _Selector):
-        return {node.name}
-    if isinstance(node, _Call):
-        return set().union(*(_names(a) for a in node.args))
-    if isinstance(node, _Negate):
-        return _names(node.operand)
-    if isinstance(node, _Binary):
-        return _names(node.left) | _names(node.right)
-    return set()
-
-
-def _selectors(node: Any) -> list[tuple[str, tuple[Matcher, ...]]]:
-    if isinstance(node, _Selector):
-        return [(node.name, node.matchers)]
-    if isinstance(node, _Call):
-        return [found for a in node.args for found in _selectors(a)]
-    if isinstance(node, _Negate):
-        return _selectors(node.operand)
-    if isinstance(node, _Binary):
-        return _selectors(node.left) + _selectors(node.right)
-    return []
-
-
-def _reach(node: Any) -> float:
-    if isinstance(node, _Selector):
-        return node.offset + (node.range if node.range is not None else LOOKBACK)
-    if isinstance(node, _Call):
-        return max((_reach(a) for a in node.args), default=0.0)
-    if isinstance(node, _Negate):
-        return _reach(node.operand)
-    if isinstance(node, _Binary):
-        return max(_reach(node.left), _reach(node.right))
-    return 0.0
-
-
-def _shortest(node: Any) -> float:
-    if isinstance(node, _Selector):
-        return node.range if node.range is not None else math.inf
-    if isinstance(node, _Call):
-        return min((_shortest(a) for a in node.args), default=math.inf)
-    if isinstance(node, _Negate):
-        return _shortest(node.operand)
-    if isinstance(node, _Binary):
-        return min(_shortest(node.left), _shortest(node.right))
-    return math.inf
-
+# --- evaluation's arithmetic ------------------------------------------------------------------
 
 def _without_name(labels: Labels) -> Labels:
     return {k: v for k, v in labels.items() if k != "__name__"}
 
 
-def _eval(node: Any, history: History, ts: float, cache: dict[Any, Vector]) -> Vector | float:
-    if isinstance(node, _Number):
-        return node.value
-    if isinstance(node, _Selector):
-        at = ts - node.offset
-        return [(t.labels, v) for t in node.tracks(history) if (v := _instant(t, at)) is not None]
-    if isinstance(node, _Negate):
-        operand = _eval(node.operand, history, ts, cache)
-        if isinstance(operand, float):
-            return -operand
-        return [(_without_name(labels), -value) for labels, value in operand]
-    if isinstance(node, _Call):
-        if node.name in _INSTANT_FUNCTIONS:
-            return _call(node, history, ts, cache)
-        found = cache.get(node)
-        if found is None:
-            found = cache[node] = _call(node, history, ts, cache)
-        return found
-    return _binary_eval(node, history, ts, cache)
+def _signature(labels: Labels, on: tuple[str, ...] | None, ignoring: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    if on is not None:
+        return tuple((name, labels.get(name, "")) for name in on)
+    skip = {"__name__", *ignoring}
+    return tuple(sorted((k, v) for k, v in labels.items() if k not in skip))
 
 
-def _call(node: _Call, history: History, ts: float, cache: dict[Any, Vector]) -> Vector:
-    if node.name in _INSTANT_FUNCTIONS:
-        vector = _eval(node.args[0], history, ts, cache)
-        if isinstance(vector, float):
-            raise OutsideSubset(f"{node.name}() takes a vector")
-        bound = [_scalar(a, history, ts, cache) for a in node.args[1:]]
-        fn: Callable[[float], float] = {
-            "abs": abs, "clamp_min": lambda v: max(v, bound[0]), "clamp_max": lambda v: min(v, bound[0]),
-            "ln": _ln, "exp": _exp,
-        }[node.name]
-        return [(_without_name(labels), fn(value)) for labels, value in vector]
-    selector = next(a for a in node.args if isinstance(a, _Selector) and a.range is not None)
-    end = ts - selector.offset
-    assert selector.range is not None
-    start = end - selector.range
-    parameter = [_scalar(a, history, ts, cache) for a in node.args if a is not selector]
-    out: Vector = []
-    for track in selector.tracks(history):
-        times, values = points_between(track, start, end)
-        value = _over_time(node.name, times, values, parameter, ts)
-        if value is not None:  # last_over_time keeps the metric name, as in Prometheus
-            out.append((track.labels if node.name == "last_over_time" else _without_name(track.labels), value))
-    return out
+def _with_number(op: str, left: Vector | float, right: Vector | float) -> Vector:
+    """Arithmetic between a vector and a number (comparisons with a number are `Compare`s)."""
+    vector_left = not isinstance(left, float)
+    vector = left if vector_left else right
+    number = right if vector_left else left
+    assert not isinstance(vector, float) and isinstance(number, float)
+    fn = ARITHMETIC[op]
+    if vector_left:
+        return [(_without_name(labels), fn(value, number)) for labels, value in vector]
+    return [(_without_name(labels), fn(number, value)) for labels, value in vector]
 
 
 def _ln(value: float) -> float:
@@ -391,19 +671,12 @@ def _exp(value: float) -> float:
         return math.inf
 
 
-def _scalar(node: Any, history: History, ts: float, cache: dict[Any, Vector]) -> float:
-    value = _eval(node, history, ts, cache)
-    if not isinstance(value, float):
-        raise OutsideSubset("a function parameter must be a number in the embedded trend rules")
-    return value
-
-
 def _over_time(name: str, times: np.ndarray, values: np.ndarray, parameter: list[float], ts: float) -> float | None:
     n = len(values)
     if n == 0:
         return None
     if name == "avg_over_time":
-        return _mean(values)
+        return float(np.mean(values))
     if name == "sum_over_time":
         return float(np.sum(values))
     if name == "min_over_time":
@@ -426,10 +699,6 @@ def _over_time(name: str, times: np.ndarray, values: np.ndarray, parameter: list
     if name == "deriv":
         return slope
     return intercept + slope * parameter[0]  # predict_linear
-
-
-def _mean(values: np.ndarray) -> float:
-    return float(np.mean(values))
 
 
 def _quantile(phi: float, values: np.ndarray) -> float:
@@ -457,81 +726,3 @@ def _regression(times: np.ndarray, values: np.ndarray, intercept_time: float) ->
     variance = sum_x2 - sum_x * sum_x / n
     slope = covariance / variance if variance != 0 else 0.0
     return slope, sum_y / n - slope * sum_x / n
-
-
-def _signature(labels: Labels, on: tuple[str, ...] | None, ignoring: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    if on is not None:
-        return tuple((name, labels.get(name, "")) for name in on)
-    skip = {"__name__", *ignoring}
-    return tuple(sorted((k, v) for k, v in labels.items() if k not in skip))
-
-
-def _binary_eval(node: _Binary, history: History, ts: float, cache: dict[Any, Vector]) -> Vector | float:
-    left, right = _eval(node.left, history, ts, cache), _eval(node.right, history, ts, cache)
-    op = node.op
-    if op in _SET:
-        if isinstance(left, float) or isinstance(right, float):
-            raise OutsideSubset(f"`{op}` needs a vector on both sides")
-        return _set(op, left, right, node)
-    if isinstance(left, float) and isinstance(right, float):
-        if op in _COMPARISON:
-            raise OutsideSubset("a comparison between two numbers needs `bool`")
-        return _ARITHMETIC[op](left, right)
-    if isinstance(left, float) or isinstance(right, float):
-        return _with_number(op, left, right)
-    index: dict[tuple[tuple[str, str], ...], tuple[Labels, float]] = {}
-    for labels, value in right:
-        key = _signature(labels, node.on, node.ignoring)
-        if key in index:
-            raise TrendError(f"many-to-many matching in {op!r}: two right-hand series match {dict(key)}")
-        index[key] = (labels, value)
-    out: Vector = []
-    matched: set[tuple[tuple[str, str], ...]] = set()
-    for labels, value in left:
-        key = _signature(labels, node.on, node.ignoring)
-        match = index.get(key)
-        if match is None:
-            continue
-        if key in matched:
-            raise TrendError(f"many-to-one matching in {op!r}: two left-hand series match {dict(key)} "
-                             "(group_left is left to Prometheus)")
-        matched.add(key)
-        if op in _COMPARISON:
-            if _COMPARISON[op](value, match[1]):
-                out.append((labels, value))
-        else:
-            result = _without_name(labels)
-            if node.on is not None:
-                result = {k: v for k, v in result.items() if k in node.on}
-            elif node.ignoring:
-                result = {k: v for k, v in result.items() if k not in node.ignoring}
-            out.append((result, _ARITHMETIC[op](value, match[1])))
-    return out
-
-
-def _with_number(op: str, left: Vector | float, right: Vector | float) -> Vector:
-    vector_left = not isinstance(left, float)
-    vector = left if vector_left else right
-    number = right if vector_left else left
-    assert not isinstance(vector, float) and isinstance(number, float)
-    out: Vector = []
-    for labels, value in vector:
-        a, b = (value, number) if vector_left else (number, value)
-        if op in _COMPARISON:
-            if _COMPARISON[op](a, b):
-                out.append((labels, value))
-        else:
-            out.append((_without_name(labels), _ARITHMETIC[op](a, b)))
-    return out
-
-
-def _set(op: str, left: Vector, right: Vector, node: _Binary) -> Vector:
-    def key(labels: Labels) -> tuple[tuple[str, str], ...]:
-        return _signature(labels, node.on, node.ignoring)
-
-    if op == "or":
-        seen = {key(labels) for labels, _ in left}
-        return left + [s for s in right if key(s[0]) not in seen]
-    matched = {key(labels) for labels, _ in right}
-    keep = op == "and"
-    return [s for s in left if (key(s[0]) in matched) == keep]

@@ -1,8 +1,9 @@
 """Prometheus rule files, loaded for the embedded evaluator.
 
-The same files load into Prometheus unchanged. A rule whose expression or templates are outside
-the subset (`expr.py`, `templates.py`) is an error in a shipped file (`alerts/`, ours to keep
-inside the subset) and, in a user's file, "left to Prometheus": reported, logged and skipped.
+The same files load into Prometheus unchanged. A rule whose expression or templates the embedded
+evaluator does not evaluate (`promql.py`, `templates.py`) is an error in a shipped file (`alerts/`,
+ours to keep inside what it evaluates) and, in a user's file, "left to Prometheus": reported,
+logged and skipped.
 A file that is not a rule file at all fails loading either way, naming the file.
 """
 
@@ -18,8 +19,7 @@ from typing import Any
 import yaml
 
 from monitor.catalog import CATALOG
-from monitor.rulefiles.expr import Node, OutsideSubset, metric_names, parse
-from monitor.rulefiles.promql import TrendExpr
+from monitor.rulefiles.promql import Expr, OutsideSubset, parse
 from monitor.rulefiles.templates import Template, TemplateError
 
 log = logging.getLogger("monitor.rulefiles.rules")
@@ -44,20 +44,20 @@ class AlertRule:
     group: str
     key: str  # stable across restarts and file moves: group, name and ordinal of the name
     expr_text: str
-    expr: Node | TrendExpr  # a TrendExpr reads the history (ranges, offsets): see `trend`
+    expr: Expr  # one that reads the past (ranges, offsets) is evaluated over the history: see `trend`
     for_seconds: float = 0.0
     keep_firing_for_seconds: float = 0.0
     labels: Mapping[str, Template] = field(default_factory=dict)
     annotations: Mapping[str, Template] = field(default_factory=dict)
 
     @property
-    def metrics(self) -> set[str]:
-        return self.expr.metric_names if isinstance(self.expr, TrendExpr) else metric_names(self.expr)
+    def metrics(self) -> frozenset[str]:
+        return self.expr.metric_names
 
     @property
     def trend(self) -> bool:
         """Whether the rule reads days of history (evaluated over the history, each new 5-minute point)."""
-        return isinstance(self.expr, TrendExpr)
+        return self.expr.reads_history
 
     @property
     def severity(self) -> str:
@@ -179,25 +179,20 @@ def _alert_rule(rule: Mapping[str, Any], group: str, ruleset: RuleSet) -> AlertR
 MIN_TREND_RANGE = 3600.0  # a range over the history's 5-minute points holds at least 12 of them
 
 
-def _expression(text: str) -> Node | TrendExpr:
-    """The instant subset where it suffices (it reads one page, cheaply, every tick); a trend
-    expression (ranges, offsets, functions, arithmetic) otherwise; `OutsideSubset` when neither."""
-    try:
-        return parse(text)
-    except OutsideSubset as outside:
-        instant = str(outside)
-    try:
-        trend = TrendExpr(text)
-    except OutsideSubset as outside:
-        raise OutsideSubset(f"{instant}; as a trend expression: {outside}") from None
-    unknown = sorted(name for name in trend.metric_names if name not in CATALOG)
+def _expression(text: str) -> Expr:
+    """The rule's expression: an instant one reads one page, cheaply, every tick; a trend one (a
+    range or an offset) reads the history, which keeps the monitor's own series at 5-minute points."""
+    expr = parse(text)
+    if not expr.reads_history:
+        return expr
+    unknown = sorted(name for name in expr.metric_names if name not in CATALOG)
     if unknown:  # the history keeps the monitor's own series only
-        raise OutsideSubset(f"{instant}; as a trend expression it reads {', '.join(unknown)}, not a series of the "
-                            "monitor's own (the history keeps those only)")
-    if trend.shortest_range < MIN_TREND_RANGE:
-        raise OutsideSubset(f"{instant}; as a trend expression its shortest range is {trend.shortest_range:g}s, "
-                            f"under {MIN_TREND_RANGE:g}s (the history keeps a point every 5 minutes)")
-    return trend
+        raise OutsideSubset(f"it reads the past of {', '.join(unknown)}, not a series of the monitor's own (the "
+                            "history keeps those only)")
+    if expr.shortest_range < MIN_TREND_RANGE:
+        raise OutsideSubset(f"its shortest range is {expr.shortest_range:g}s, under {MIN_TREND_RANGE:g}s (the "
+                            "history keeps a point every 5 minutes)")
+    return expr
 
 
 def _templates(mapping: Any, what: str, check_names: bool) -> dict[str, Template]:

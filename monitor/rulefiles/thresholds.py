@@ -8,18 +8,14 @@ flags) reads its thresholds here, so it marks a value exactly where a rule fires
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from monitor.rulefiles.expr import Compare, Node, Selector, SetOp
-from monitor.rulefiles.promql import TrendExpr
+from monitor.rulefiles.promql import COMPARISONS, Compare, Node, Selector, SetOp
 from monitor.rulefiles.rules import SHIPPED_DIR, load_rules
 
 ALERTS_DIR = SHIPPED_DIR
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne}
 
 
 @dataclass(frozen=True)
@@ -31,10 +27,10 @@ class RuleThreshold:
     severity: str
 
     def fires(self, sample: float) -> bool:
-        return _OPS[self.op](sample, self.value)
+        return COMPARISONS[self.op](sample, self.value)
 
 
-def _comparisons(node: Node | TrendExpr) -> Iterable[Compare]:
+def _comparisons(node: Node) -> Iterable[Compare]:
     """The instant rules' comparisons (a trend rule compares ratios over days: no threshold of a metric)."""
     if isinstance(node, Compare):
         yield node
@@ -48,7 +44,9 @@ def rule_thresholds(alerts_dir: Path = ALERTS_DIR) -> list[RuleThreshold]:
     found: list[RuleThreshold] = []
     for rule in load_rules(sorted(alerts_dir.glob("*.yml"))).rules:
         severity = rule.labels["severity"].text if "severity" in rule.labels else ""
-        for compare in _comparisons(rule.expr):
+        if rule.trend:
+            continue
+        for compare in _comparisons(rule.expr.root):
             if isinstance(compare.operand, Selector):
                 found.append(RuleThreshold(rule.name, compare.operand.name, compare.op, compare.threshold, severity))
     return found

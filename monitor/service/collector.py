@@ -30,6 +30,7 @@ import ssl
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
+from typing import TypedDict
 
 import httpx
 
@@ -52,6 +53,31 @@ from monitor.service.workers import MonitorFault, ParseWorkers
 log = logging.getLogger("monitor.service")
 COLLECTOR = "service"
 DISCOVERY = "file_sd"
+class TargetStatus(TypedDict):
+    """One target in /api/v1/status and `infermon check`."""
+
+    name: str
+    url: str  # without credentials
+    up: bool
+    state: str  # up | stale | down | waiting | unrecognized | refused
+    stale: bool
+    engine: str | None
+    engine_pinned: str | None
+    engine_recognized: bool | None
+    generation: str | None
+    note: str
+    absent: list[str]  # what the engine's page does not give
+    last_scrape: float | None
+    last_success: float | None
+    scrape_duration_seconds: float | None
+    error: str | None
+    page_bytes: int
+    duplicate_series: int
+    non_finite_samples: int
+    models: list[str]
+    baseline: dict[str, dict[str, str]]  # model -> window -> ready | how far it is warmed up
+
+
 STALE_INTERVALS = 2  # a target not scraped successfully for this many intervals has no derived series
 
 
@@ -75,7 +101,7 @@ class ServiceCollector:
         self.client = client
         # A connection per target: one shared pool (httpx's, httpcore's) walks all its connections
         # (and polls each idle socket) on every request, which at a thousand kept-alive connections
-        # starves the loop; and h11 directly, without a client's per-request cost (scrape.fetch_target_page).
+        # starves the loop; and the wire's client directly, without httpx's per-request cost (scrape.fetch_target_page).
         self.own_clients = own_clients
         self._tls = ssl.create_default_context() if own_clients else None  # one CA store for all
         self._closing: set[asyncio.Task[None]] = set()
@@ -366,18 +392,18 @@ class ServiceCollector:
                 stats.baseline_coverage, self.settings.baseline_window.seconds, self.settings.baseline_min_coverage)
         return found
 
-    def status(self) -> list[dict[str, object]]:
+    def status(self) -> list[TargetStatus]:
         return [self._status_row(name, state) for name, state in self.targets.items()]
 
-    async def status_in_turns(self) -> list[dict[str, object]]:
+    async def status_in_turns(self) -> list[TargetStatus]:
         """`status()` on the loop, the loop's other work let in between rows."""
-        turn, rows = Turns(), []
+        turn, rows = Turns(), list[TargetStatus]()
         for name, state in list(self.targets.items()):
             rows.append(self._status_row(name, state))
             await turn()
         return rows
 
-    def _status_row(self, name: str, state: TargetState) -> dict[str, object]:
+    def _status_row(self, name: str, state: TargetState) -> TargetStatus:
         entry = self.health.get(COLLECTOR, name)
         stale = state.up and self.is_stale(state, self.wall())
         return {

@@ -20,7 +20,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import yaml
 from pydantic import ValidationError
@@ -104,6 +104,13 @@ def _group_targets(group: Any, where: str) -> list[ServiceTarget]:
     return targets
 
 
+class DiscoveryStatus(TypedDict):
+    files: list[str]
+    patterns: list[str]
+    errors: dict[str, str]  # path -> why its last read failed (its last good targets are kept)
+    targets: int
+
+
 @dataclass
 class FileDiscovery:
     """Follows the configured files (glob patterns allowed); `refresh()` is cheap when nothing changed."""
@@ -159,6 +166,6 @@ class FileDiscovery:
                 found.setdefault(target.name, target)
         return list(found.values())
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> DiscoveryStatus:
         return {"files": sorted(self._targets), "patterns": self.patterns, "errors": dict(self.errors),
                 "targets": sum(len(t) for t in self._targets.values())}

@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import TypedDict
 
 from prometheus_client.core import Metric
 
@@ -53,6 +54,20 @@ def first_slot(now: float, offset_s: float, interval: float) -> float:
 class LagSample:
     at: float  # wall time the scrape ended
     lag: float
+
+
+class ScheduleStatus(TypedDict):
+    """The spread scrapes in /api/v1/status' "layers"."service"."schedule"."""
+
+    mode: str
+    interval_seconds: float
+    targets: int
+    in_flight: int
+    scrapes_started_total: int
+    scrapes_skipped_total: int
+    lag_seconds: float
+    keeping_up: bool
+    message: str
 
 
 class Spreader:
@@ -164,7 +179,7 @@ class Spreader:
         horizon = self.wall() - self.interval
         return max((s.lag for s in list(self._lags) if s.at >= horizon), default=0.0)
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> ScheduleStatus:
         lag = self.lag()
         keeping_up = lag < _LAG_OK * self.interval and self.wall() - self._last_skip >= self.interval
         message = "keeping up" if keeping_up else (

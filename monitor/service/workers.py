@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from monitor.config import ServiceSettings, Target
 from monitor.exporter import TextWriter
@@ -212,6 +212,13 @@ class _Slot:
     names: set[str] = field(default_factory=set)  # targets it was sent
 
 
+class WorkersStatus(TypedDict):
+    processes: int
+    pids: list[int]
+    restarts: int
+    targets: list[int]  # how many targets each process parses
+
+
 class ParseWorkers:
     def __init__(self, settings: ServiceSettings, count: int) -> None:
         # The workers derive; the loop's side keeps the target list.
@@ -326,7 +333,7 @@ class ParseWorkers:
         """The worker processes running now."""
         return [slot.process.process.pid for slot in self._slots if slot.process is not None and slot.process.alive]
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> WorkersStatus:
         return {"processes": len(self._slots), "pids": self.pids(),
                 "restarts": sum(slot.restarts for slot in self._slots),
                 "targets": [len(slot.names) for slot in self._slots]}

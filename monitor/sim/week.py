@@ -1,6 +1,6 @@
 """A service's week as multipliers of time: the daily and weekly rhythm every real service has,
 and the slow changes a trend must tell from it (a creep of a few percent a day, a one-time step).
-The scorecard's trend worlds (bench/trend_scenarios.py) and the history tests model the monitor's
+The scorecard's trend worlds (tests/support/trend_scenarios.py) and the history tests model the monitor's
 series with them."""
 
 from __future__ import annotations

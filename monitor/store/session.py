@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import create_engine, delete, select
 from sqlalchemy.engine import Engine, make_url
@@ -12,6 +12,16 @@ from sqlalchemy.pool import StaticPool
 
 from monitor.store.migrate import upgrade
 from monitor.store.models import CollectorEvent
+
+
+class EventRow(TypedDict):
+    """A collector's state change, as the overview and /api/v1/status list them."""
+
+    ts: float
+    collector: str
+    target: str | None
+    state: str  # down | up
+    error: str | None
 
 
 class Store:
@@ -32,7 +42,7 @@ class Store:
         with Session(self.engine) as session, session.begin():
             session.add(CollectorEvent(ts=ts, collector=collector, target=target, state=state, error=error))
 
-    def recent_events(self, limit: int = 50) -> list[dict[str, Any]]:
+    def recent_events(self, limit: int = 50) -> list[EventRow]:
         with Session(self.engine) as session:
             rows = session.scalars(select(CollectorEvent).order_by(CollectorEvent.id.desc()).limit(limit))
             return [

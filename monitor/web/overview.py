@@ -1,4 +1,4 @@
-"""Everything the overview shows, as one plain JSON-able dict built from the layers' views.
+"""Everything the overview shows, as one JSON-able `Overview` (shapes.py) built from the layers' views.
 
 The page (`/`), `/api/v1/status` (under "overview") and `infermon status` all read this one
 shape, so the browser, the terminal and a script see the same numbers.
@@ -6,11 +6,12 @@ shape, so the browser, the terminal and a script see the same numbers.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
-from typing import Any
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any, Literal, TypedDict, cast
 
 from monitor.aio import Turns
 from monitor.alerting.runbooks import with_runbook_link
+from monitor.canary.collector import CanaryStatus
 from monitor.cost.collector import FLEET, CostView
 from monitor.health import HealthBook
 from monitor.infra.ledger import gpu_health
@@ -19,9 +20,29 @@ from monitor.quality.layer import QualityView
 from monitor.service.derive import WindowStats, rank_imbalance
 from monitor.service.view import ServiceView, TargetView, target_state
 from monitor.web.history import HEADLINE, History, mean
+from monitor.web.shapes import (
+    AlertRow,
+    AlertsSection,
+    CanaryRow,
+    Chart,
+    CostSection,
+    EngineFacts,
+    FleetRow,
+    GpuRow,
+    InfraSection,
+    LayerState,
+    ModelRow,
+    Overview,
+    QualityRow,
+    QualitySection,
+    ServiceSection,
+    TargetHead,
+    TargetRow,
+    WindowNumbers,
+)
 from monitor.web.source import OverviewSource
 
-LAYERS = ("service", "infra", "quality", "cost")
+LAYERS: tuple[Literal["service", "infra", "quality", "cost"], ...] = ("service", "infra", "quality", "cost")
 # Which collectors' health speaks for which layer (canary probes are the service as users see it).
 _COLLECTORS = {"service": ("service", "file_sd", "canary"), "infra": ("infra",),
                "quality": ("quality_run", "quality"), "cost": ("cost",)}
@@ -31,19 +52,27 @@ TRANSITIONS = 10
 SHOWN_ALERTS = 100  # active alerts listed, firing first (the totals count them all; /api/v1/alerts lists all)
 
 
-def overview(source: OverviewSource, service: dict[str, Any] | None = None) -> dict[str, Any]:
+class _Sections(TypedDict):
+    service: ServiceSection
+    infra: InfraSection
+    quality: QualitySection
+    cost: CostSection
+
+
+def overview(source: OverviewSource, service: ServiceSection | None = None) -> Overview:
     """`service`: the service section, made already (`overview_in_turns`)."""
     now = source.wall()
     counts = source.alerting.counts() if source.alerting else {}
     alerts = _alerts(source, counts)
-    sections = {
-        "service": service if service is not None else service_rows(source.service.view, _configured(source)),
-        "infra": gpu_rows(source.infra.view),
-        "quality": quality_rows(source.quality.view),
-        "cost": cost_summary(source.cost.view),
-    }
+    sections = _Sections(
+        service=service if service is not None else service_rows(source.service.view, _configured(source)),
+        infra=gpu_rows(source.infra.view),
+        quality=quality_rows(source.quality.view),
+        cost=cost_summary(source.cost.view),
+    )
     firing = _firing_by_layer(counts)
-    layers = {name: layer_state(name, sections[name], source.health, firing.get(name, ())) for name in LAYERS}
+    layers: dict[str, LayerState] = {name: layer_state(name, sections[name], source.health, firing.get(name, ()))
+                                     for name in LAYERS}
     return {
         "ts": now,
         "window": sections["service"]["window"],
@@ -58,7 +87,7 @@ def overview(source: OverviewSource, service: dict[str, Any] | None = None) -> d
     }
 
 
-async def overview_in_turns(source: OverviewSource) -> dict[str, Any]:
+async def overview_in_turns(source: OverviewSource) -> Overview:
     """`overview` on the loop, its other work let in between the service section's targets."""
     return overview(source, await service_rows_in_turns(source.service.view, _configured(source)))
 
@@ -93,31 +122,31 @@ def _window(service: ServiceView) -> str:
     return min(service.windows, key=lambda w: w.seconds).label if service.windows else ""
 
 
-def service_rows(view: ServiceView, configured: bool) -> dict[str, Any]:
+def service_rows(view: ServiceView, configured: bool) -> ServiceSection:
     window = _window(view)
     rows = [row for name, target in sorted(view.targets.items()) for row in _target_rows(view, window, name, target)]
     return _service_section(view, configured, window, rows)
 
 
-async def service_rows_in_turns(view: ServiceView, configured: bool) -> dict[str, Any]:
+async def service_rows_in_turns(view: ServiceView, configured: bool) -> ServiceSection:
     """`service_rows` on the loop, its other work let in between targets (a row per target and model:
     a large fleet's are many). `view` is the published one, which nothing changes: the rows are of one view."""
-    window, turn, rows = _window(view), Turns(), []
+    window, turn, rows = _window(view), Turns(), list[TargetRow | ModelRow]()
     for name, target in sorted(view.targets.items()):
         rows += _target_rows(view, window, name, target)
         await turn()
     return _service_section(view, configured, window, rows)
 
 
-def _target_rows(view: ServiceView, window: str, name: str, target: TargetView) -> list[dict[str, Any]]:
+def _target_rows(view: ServiceView, window: str, name: str, target: TargetView) -> list[TargetRow | ModelRow]:
     models = sorted({model for model, w in target.stats if w == window} | set(_gauge_models(target.gauges)))
-    base: dict[str, Any] = {"target": name, "up": None if target.waiting else target.up,
+    base: TargetHead = {"target": name, "up": None if target.waiting else target.up,
                             "state": _target_state(target),
                             "detail": target.detail, "engine": target.engine, "generation": target.generation,
                             "note": target.note}
     if not models or not target.up:
         return [{**base, "model": None}]
-    rows = []
+    rows: list[TargetRow | ModelRow] = []
     imbalance = rank_imbalance(target.labelled)  # every model's at once (per model: 10,000 rows took 0.5 s)
     for model in models:
         stats = target.stats.get((model, window), WindowStats())
@@ -129,15 +158,17 @@ def _target_rows(view: ServiceView, window: str, name: str, target: TargetView) 
     return rows
 
 
-def _service_section(view: ServiceView, configured: bool, window: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    fleet = [{"model": model, **_stats(stats)} for (model, w), stats in sorted(view.fleet.items()) if w == window]
+def _service_section(view: ServiceView, configured: bool, window: str,
+                     rows: list[TargetRow | ModelRow]) -> ServiceSection:
+    fleet: list[FleetRow] = [{"model": model, **_stats(stats)}
+                             for (model, w), stats in sorted(view.fleet.items()) if w == window]
     return {"configured": configured, "window": window, "rows": rows, "fleet": fleet,
             "objectives": {"ttft_seconds": view.objectives.ttft_seconds,
                            "tpot_seconds": view.objectives.tpot_seconds}}
 
 
 def engine_facts(target: TargetView, model: str, stats: WindowStats | None = None,
-                 imbalance: float | None = None) -> dict[str, Any]:
+                 imbalance: float | None = None) -> EngineFacts:
     """What the engine's page says beyond the headline numbers (ranks, why requests wait, sleep,
     LoRA, the prefix cache and speculative decoding against their baselines), structured for the
     API and as one short line for the page and `infermon status` (`facts`). `imbalance`: the
@@ -186,7 +217,7 @@ def _gauge_models(gauges: dict[str, dict[str, float]]) -> set[str]:
     return {model for per_model in gauges.values() for model in per_model}
 
 
-def _stats(stats: WindowStats) -> dict[str, float | None]:
+def _stats(stats: WindowStats) -> WindowNumbers:
     ttft, tpot = stats.quantiles.get("ttft", {}), stats.quantiles.get("tpot", {})
     return {"requests_per_second": stats.requests_per_second, "error_ratio": stats.error_ratio,
             "generation_tokens_per_second": stats.generation_tokens_per_second,
@@ -197,13 +228,13 @@ def _stats(stats: WindowStats) -> dict[str, float | None]:
             "tpot_below_seconds": stats.below_first_bound.get("tpot")}
 
 
-def gpu_rows(view: InfraView) -> dict[str, Any]:
+def gpu_rows(view: InfraView) -> InfraSection:
     return {"configured": bool(view.gpus), "rows": [_gpu(g) for g in view.gpus]}
 
 
-def _gpu(gpu: GpuState) -> dict[str, Any]:
+def _gpu(gpu: GpuState) -> GpuRow:
     health = gpu_health(gpu)  # None: the source reports no health field
-    row: dict[str, Any] = {"node": gpu.node, "gpu": gpu.gpu, "source": gpu.source, "up": gpu.up, "error": gpu.error,
+    row: GpuRow = {"node": gpu.node, "gpu": gpu.gpu, "source": gpu.source, "up": gpu.up, "error": gpu.error,
                            "model": gpu.identity.model if gpu.identity else None,
                            "health": health[0] if health else None, "health_reasons": list(health[1]) if health else []}
     r = gpu.reading
@@ -217,8 +248,8 @@ def _gpu(gpu: GpuState) -> dict[str, Any]:
             "clock_events": [reason for reason, bit in CLOCK_EVENT_REASONS.items() if mask & bit]}
 
 
-def quality_rows(view: QualityView) -> dict[str, Any]:
-    rows = []
+def quality_rows(view: QualityView) -> QualitySection:
+    rows: list[QualityRow] = []
     for model, result in sorted(view.latest.items()):
         s = result.summary
         histogram = s.score_histogram or {}
@@ -235,14 +266,14 @@ def quality_rows(view: QualityView) -> dict[str, Any]:
     return {"configured": bool(rows), "rows": rows, "judge_cost_usd_total": view.judge_cost_usd_total}
 
 
-def canary_rows(status: dict[str, Any]) -> list[dict[str, Any]]:
+def canary_rows(status: CanaryStatus) -> list[CanaryRow]:
     """Each probe's last outcome: the service as a user sees it, next to the engine's own numbers."""
     keys = ("name", "model", "target", "up", "outcome", "detail", "last_probe", "ttft_seconds", "ttft_gap_seconds",
             "e2e_seconds", "consecutive_failures")
-    return [{key: probe.get(key) for key in keys} for probe in status.get("probes", [])]
+    return [cast(CanaryRow, {key: probe.get(key) for key in keys}) for probe in status.get("probes", [])]
 
 
-def cost_summary(view: CostView) -> dict[str, Any]:
+def cost_summary(view: CostView) -> CostSection:
     n = view.numbers
     per_million = sorted((model, window, tokens, usd) for (model, window, tokens), usd in n.per_million.items())
     return {"configured": view.present, "usd_per_hour": n.usd_per_hour if view.present else None,
@@ -256,7 +287,7 @@ def cost_summary(view: CostView) -> dict[str, Any]:
             "unpriced_gpus": len(n.unpriced)}
 
 
-def _alerts(source: OverviewSource, counts: dict[tuple[str, str, str], int]) -> dict[str, Any]:
+def _alerts(source: OverviewSource, counts: dict[tuple[str, str, str], int]) -> AlertsSection:
     """The first SHOWN_ALERTS active alerts (firing first, then by severity, then the oldest first:
     the evaluator's order) with their deliveries,
     and how many are firing and pending in all: a large fleet can have tens of thousands active,
@@ -267,7 +298,7 @@ def _alerts(source: OverviewSource, counts: dict[tuple[str, str, str], int]) -> 
     for row in reversed(recent):  # oldest first: the newest transition of an alert wins
         delivered[_key(row["labels"])] = row["deliveries"]
     base = source.settings.alerting.runbook_base_url
-    rows = [{**a, "annotations": with_runbook_link(a["annotations"], base),
+    rows: list[AlertRow] = [{**a, "annotations": with_runbook_link(a["annotations"], base),
              "layer": _ALERT_LAYER.get(a["labels"].get("layer", ""), a["labels"].get("layer")),
              "name": a["labels"].get("alertname", ""),
              "probable_cause": a["annotations"].get("probable_cause"),
@@ -292,8 +323,8 @@ def _key(labels: dict[str, str]) -> str:
     return "\x00".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
-def layer_state(name: str, section: dict[str, Any], health: HealthBook,
-                firing: Collection[str]) -> dict[str, Any]:
+def layer_state(name: str, section: Mapping[str, Any], health: HealthBook,
+                firing: Collection[str]) -> LayerState:
     """ok / firing / failing / not configured, with the reason in a few words (`firing`: the
     names of the layer's firing alerts)."""
     failing = [e for e in health.entries.values()
@@ -319,15 +350,15 @@ def layer_state(name: str, section: dict[str, Any], health: HealthBook,
     return {"state": "ok", "detail": "; ".join(dict.fromkeys(waiting))}
 
 
-def _row_name(row: dict[str, Any]) -> str:
+def _row_name(row: Mapping[str, object]) -> str:
     return str(row["target"]) if "target" in row else f"GPU {row.get('node')}/{row.get('gpu')}"
 
 
-def charts(history: History, now: float) -> list[dict[str, Any]]:
+def charts(history: History, now: float) -> list[Chart]:
     """The four headline charts; a series with no points gives its place to its substitute when
     that has some (`substitute_for`: the title it stands in for). A chart without points stays in
     the list, empty: the page collapses it into one line."""
-    shown = []
+    shown: list[Chart] = []
     for series in HEADLINE:
         chosen, points = series, history.points(series.key, now)
         if not points and series.substitute is not None:

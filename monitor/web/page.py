@@ -19,6 +19,7 @@ from monitor.web.history import HOUR
 if TYPE_CHECKING:
     from monitor.config import Settings
     from monitor.web.renders import Renders
+    from monitor.web.shapes import Overview
     from monitor.web.source import OverviewSource
 
 HERE = Path(__file__).parent
@@ -70,7 +71,7 @@ def render_page(template: Any, source: OverviewSource, refresh: int | None = Non
     return write_page(template, source.settings, overview(source), refresh)
 
 
-def write_page(template: Any, settings: Settings, data: dict[str, Any], refresh: int | None = None) -> str:
+def write_page(template: Any, settings: Settings, data: Overview, refresh: int | None = None) -> str:
     """`refresh`: the reader's choice of reload interval (`reload_seconds`)."""
     refresh = reload_seconds(settings, refresh)
     return str(template.render(o=data, refresh=refresh, now=data["ts"], hour_start=data["ts"] - HOUR))

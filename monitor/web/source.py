@@ -8,14 +8,19 @@ overview is made: a collection replaces it, and the page shows the latest.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
+from monitor.alerting.embedded import ActiveAlertRow
+from monitor.alerting.outbox import TransitionRow
+from monitor.canary.collector import CanaryStatus
 from monitor.config import Settings
 from monitor.cost.collector import CostView
 from monitor.health import HealthBook
+from monitor.history.summary import TrendRow
 from monitor.infra.reading import InfraView
 from monitor.quality.layer import QualityView
 from monitor.service.view import ServiceView
+from monitor.store.session import EventRow
 from monitor.web.history import History
 
 V = TypeVar("V", covariant=True)
@@ -31,7 +36,7 @@ class Viewed(Protocol[V]):
 class Probes(Protocol):
     """The canary: each probe's last outcome, as /api/v1/status shows it."""
 
-    def status(self) -> dict[str, object]: ...
+    def status(self) -> CanaryStatus: ...
 
 
 class ActiveAlerts(Protocol):
@@ -39,17 +44,17 @@ class ActiveAlerts(Protocol):
 
     def counts(self) -> dict[tuple[str, str, str], int]: ...
 
-    def active(self, limit: int | None = None) -> list[dict[str, Any]]: ...
+    def active(self, limit: int | None = None) -> list[ActiveAlertRow]: ...
 
     @property
-    def trends(self) -> list[dict[str, Any]]: ...  # week over week per target and model (history/summary.py)
+    def trends(self) -> list[TrendRow]: ...  # week over week per target and model (history/summary.py)
 
 
 class Deliveries(Protocol):
     """The outbox's newest alert transitions with their deliveries (kept by the store thread)."""
 
     @property
-    def latest(self) -> list[dict[str, Any]]: ...
+    def latest(self) -> list[TransitionRow]: ...
 
 
 class OverviewSource(Protocol):
@@ -81,7 +86,7 @@ class OverviewSource(Protocol):
     def history(self) -> History: ...
 
     @property
-    def events(self) -> list[dict[str, Any]]: ...  # the newest collector state changes
+    def events(self) -> list[EventRow]: ...  # the newest collector state changes
 
     @property
     def alerting(self) -> ActiveAlerts | None: ...  # None: the rules are evaluated elsewhere

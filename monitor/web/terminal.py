@@ -9,7 +9,7 @@ monitor could not be asked.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal
 
 import httpx
 from rich.console import Console
@@ -17,7 +17,9 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from monitor.history.summary import TrendRow
 from monitor.web.page import above, change, crossing, gib, growth, ms, num, pct, quantile_ms, slo, usd
+from monitor.web.shapes import AlertsSection, CanaryRow, GpuRow, ModelRow, Overview, PerMillion, TargetRow
 
 _STYLE = {"ok": "green", "firing": "bold red", "failing": "yellow", "not configured": "dim",
           "good": "green", "warn": "yellow", "bad": "bold red", "": ""}
@@ -30,7 +32,7 @@ class StatusError(Exception):
     pass
 
 
-def fetch_overview(url: str, timeout_s: float = 10.0) -> dict[str, Any]:
+def fetch_overview(url: str, timeout_s: float = 10.0) -> Overview:
     endpoint = url.rstrip("/") + "/api/v1/status"
     try:  # nothing listening is known within the connect timeout; a busy monitor gets the read timeout
         answer = httpx.get(endpoint, timeout=httpx.Timeout(timeout_s, connect=2.0), trust_env=False)
@@ -40,15 +42,15 @@ def fetch_overview(url: str, timeout_s: float = 10.0) -> dict[str, Any]:
         raise StatusError(f"{endpoint}: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("overview"), dict):
         raise StatusError(f"{endpoint}: no overview in the answer (a monitor older than `infermon status`?)")
-    overview: dict[str, Any] = data["overview"]
+    overview: Overview = data["overview"]  # the shape the monitor wrote (monitor/web/shapes.py)
     return overview
 
 
-def exit_code(overview: dict[str, Any]) -> int:
+def exit_code(overview: Overview) -> int:
     return 0 if overview.get("ok") else 1
 
 
-def print_overview(console: Console, o: dict[str, Any], url: str) -> None:
+def print_overview(console: Console, o: Overview, url: str) -> None:
     layers = Text(f"{url}  ")
     for name, layer in o["layers"].items():
         layers.append(f" {name}: {layer['state']} ", style=_STYLE.get(layer["state"], ""))
@@ -58,7 +60,7 @@ def print_overview(console: Console, o: dict[str, Any], url: str) -> None:
             console.print(Text(f"  {name}: {layer['detail']}", style=_STYLE.get(layer["state"], "")))
     for r in o["service"]["rows"]:
         if r.get("baseline") not in (None, "ready"):
-            console.print(Text(f"  {r['target']} {r['model']}: {r['baseline']}", style="dim"))
+            console.print(Text(f"  {r['target']} {r['model']}: {r.get('baseline')}", style="dim"))
     if console.width < WIDE:
         for section in (_service_lines, _trend_lines, _canary_lines, _gpu_lines, _quality_lines, _cost_lines,
                         _alert_lines):
@@ -73,7 +75,7 @@ def print_overview(console: Console, o: dict[str, Any], url: str) -> None:
                        style="bold green" if o.get("ok") else "bold red"))
 
 
-def _service(o: dict[str, Any]) -> Table:
+def _service(o: Overview) -> Table:
     s = o["service"]
     obj = s["objectives"]
     table = Table("target", "model", "up", "req/s", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "errors",
@@ -86,7 +88,7 @@ def _service(o: dict[str, Any]) -> Table:
                       pct(r.get("error_ratio"), 2), num(r.get("generation_tokens_per_second"), 0),
                       f"{num(r.get('running'), 0)}/{num(r.get('waiting'), 0)}", pct(r.get("kv_cache_ratio")))
     notes = dict.fromkeys([*(f"{r['target']}: {r['note']}" for r in s["rows"] if r.get("note")),
-                           *(f"{r['target']} {r['model']}: {r['facts']}" for r in s["rows"] if r.get("facts"))])
+                           *(f"{r['target']} {r['model']}: {r.get('facts')}" for r in s["rows"] if r.get("facts"))])
     if notes:
         table.caption, table.caption_justify = "\n".join(notes), "left"
     return table
@@ -97,22 +99,24 @@ _TARGET_STATES = {"up": ("up", "green"), "stale": ("stale", "yellow"), "down": (
                   "unrecognized": ("engine not recognised", "yellow")}
 
 
-def _target_state(row: dict[str, Any]) -> Text:
+def _target_state(row: TargetRow | ModelRow) -> Text:
     state = row.get("state") or ("up" if row["up"] else "down")
     text, style = _TARGET_STATES.get(state, (state, ""))
     return Text(text, style=style)
 
 
-_LATENCIES = (("ttft_p50_seconds", "ttft_seconds"), ("ttft_p99_seconds", "ttft_seconds"),
-              ("tpot_p50_seconds", "tpot_seconds"), ("tpot_p99_seconds", "tpot_seconds"))
+_Objective = Literal["ttft_seconds", "tpot_seconds"]
+_LATENCIES: tuple[tuple[str, _Objective], ...] = (
+    ("ttft_p50_seconds", "ttft_seconds"), ("ttft_p99_seconds", "ttft_seconds"),
+    ("tpot_p50_seconds", "tpot_seconds"), ("tpot_p99_seconds", "tpot_seconds"))
 
 
-def _quantile(row: dict[str, Any], key: str) -> str:
+def _quantile(row: TargetRow | ModelRow, key: str) -> str:
     """"ttft_p99_seconds" of a row; "< 10 ms" where all of the window fell under the first bucket."""
     return quantile_ms(row.get(key), row.get(f"{key.split('_')[0]}_below_seconds"))
 
 
-def _gpus(o: dict[str, Any]) -> Table:
+def _gpus(o: Overview) -> Table:
     table = Table("GPU", "model", "up", "util", "memory", "temp", "power / limit", "clock events", "health",
                   title="Infrastructure", title_justify="left")
     for g in o["infra"]["rows"]:
@@ -128,14 +132,14 @@ def _gpus(o: dict[str, Any]) -> Table:
 _HEALTH_STYLE = {"critical": "bold red", "warning": "yellow", "ok": "green"}
 
 
-def _health(g: dict[str, Any]) -> Text:
+def _health(g: GpuRow) -> Text:
     """A GPU's health word and its reasons: critical = drain it, warning = reset when convenient."""
     health = g.get("health")
     reasons = ", ".join(g.get("health_reasons") or [])
     return Text(f"{health or '–'}" + (f": {reasons}" if reasons else ""), style=_HEALTH_STYLE.get(health or "", ""))
 
 
-def _quality(o: dict[str, Any]) -> Table:
+def _quality(o: Overview) -> Table:
     table = Table("model", "run", "samples", "score", "scores 1-5", "refusals", "hallucinations", "PSI",
                   title="Quality (last run)", title_justify="left")
     for q in o["quality"]["rows"]:
@@ -145,7 +149,7 @@ def _quality(o: dict[str, Any]) -> Table:
     return table
 
 
-def _cost(o: dict[str, Any]) -> Table:
+def _cost(o: Overview) -> Table:
     c = o["cost"]
     table = Table("spend", "idle", "today", "budget used", "per 1M tokens", title="Cost", title_justify="left")
     if c["configured"]:
@@ -157,7 +161,7 @@ def _cost(o: dict[str, Any]) -> Table:
     return table
 
 
-def _alerts(o: dict[str, Any]) -> Table:
+def _alerts(o: Overview) -> Table:
     table = Table("alert", "state", "labels", "summary", "delivery", title=_alerts_title(o["alerts"]),
                   title_justify="left")
     for a in o["alerts"]["active"]:
@@ -170,7 +174,7 @@ def _alerts(o: dict[str, Any]) -> Table:
     return table
 
 
-def _canary(o: dict[str, Any]) -> Table:
+def _canary(o: Overview) -> Table:
     table = Table("canary", "model", "last probe", "TTFT", "gap to the engine", "whole answer", title="Canary",
                   title_justify="left")
     for c in o.get("canary", []):
@@ -179,7 +183,7 @@ def _canary(o: dict[str, Any]) -> Table:
     return table
 
 
-def _probe(c: dict[str, Any]) -> Text:
+def _probe(c: CanaryRow) -> Text:
     if not c.get("outcome"):
         return Text("not yet", style="dim")
     text = Text(str(c["outcome"]), style="green" if c.get("up") else "bold red")
@@ -190,7 +194,7 @@ def _head(title: str) -> Text:
     return Text(title, style="bold")
 
 
-def _service_lines(o: dict[str, Any]) -> list[Text]:
+def _service_lines(o: Overview) -> list[Text]:
     s = o["service"]
     obj = s["objectives"]
     lines = [_head(f"Service (last {s['window']})")] if s["rows"] else []
@@ -206,7 +210,7 @@ def _service_lines(o: dict[str, Any]) -> list[Text]:
             latency.append(" ")
         lines.append(latency)
         if r.get("facts"):
-            lines.append(Text(f"    {r['facts']}", style="dim"))
+            lines.append(Text(f"    {r.get('facts')}", style="dim"))
     return lines
 
 
@@ -223,13 +227,13 @@ def bars(values: list[float | None]) -> str:
     return "".join(" " if v is None else _BARS[min(7, int((v - low) / span * 8))] for v in values)
 
 
-def _trend_text(t: dict[str, Any]) -> Text:
+def _trend_text(t: TrendRow) -> Text:
     text = Text(f"P99 TTFT {ms(t.get('now'))}, ")
     text.append(f"{change(t.get('vs_2w'))} vs 2 weeks ago", style=_STYLE[above(t.get("vs_2w"), 0.08, 0.3)])
     return text.append(f" ({change(t.get('vs_1w'))} vs 1 week)  {bars(t.get('daily') or [])}")
 
 
-def _slope_text(t: dict[str, Any]) -> Text:
+def _slope_text(t: TrendRow) -> Text:
     """The creep's growth a day and its crossing ("" where the creep rule's condition does not hold)."""
     text = Text(growth(t.get("per_day"), t.get("growing_days"), bool(t.get("growing_at_least"))), style="yellow")
     when = crossing(t.get("crosses_in_days"), t.get("crosses"))
@@ -239,7 +243,7 @@ def _slope_text(t: dict[str, Any]) -> Text:
     return text
 
 
-def _trend_lines(o: dict[str, Any]) -> list[Text]:
+def _trend_lines(o: Overview) -> list[Text]:
     rows = o.get("trends") or []
     lines = [_head("Week over week")] if rows else []
     for t in rows:
@@ -250,7 +254,7 @@ def _trend_lines(o: dict[str, Any]) -> list[Text]:
     return lines
 
 
-def _trends(o: dict[str, Any]) -> Table:
+def _trends(o: Overview) -> Table:
     table = Table(title="Week over week (last 6 h vs the same hours before)", title_justify="left", box=None)
     for name in ("target", "model", "P99 TTFT 6 h", "vs 1 week", "vs 2 weeks", "growth a day", "daily P99, 30 days"):
         table.add_column(name, justify="right" if name.startswith(("P99", "vs")) else "left")
@@ -261,7 +265,7 @@ def _trends(o: dict[str, Any]) -> Table:
     return table
 
 
-def _canary_lines(o: dict[str, Any]) -> list[Text]:
+def _canary_lines(o: Overview) -> list[Text]:
     lines = [_head("Canary")] if o.get("canary") else []
     for c in o.get("canary", []):
         line = Text(f"  {c['name']}" + (f" → {c['target']}" if c.get("target") else "") + "  ").append(_probe(c))
@@ -269,7 +273,7 @@ def _canary_lines(o: dict[str, Any]) -> list[Text]:
     return lines
 
 
-def _gpu_lines(o: dict[str, Any]) -> list[Text]:
+def _gpu_lines(o: Overview) -> list[Text]:
     rows = o["infra"]["rows"]
     lines = [_head("Infrastructure")] if rows else []
     for g in rows:
@@ -285,7 +289,7 @@ def _gpu_lines(o: dict[str, Any]) -> list[Text]:
     return lines
 
 
-def _quality_lines(o: dict[str, Any]) -> list[Text]:
+def _quality_lines(o: Overview) -> list[Text]:
     rows = o["quality"]["rows"]
     lines = [_head("Quality (last run)")] if rows else []
     for q in rows:
@@ -298,7 +302,7 @@ def _quality_lines(o: dict[str, Any]) -> list[Text]:
     return lines
 
 
-def _cost_lines(o: dict[str, Any]) -> list[Text]:
+def _cost_lines(o: Overview) -> list[Text]:
     c = o["cost"]
     if not c["configured"]:
         return []
@@ -306,7 +310,8 @@ def _cost_lines(o: dict[str, Any]) -> list[Text]:
     lines = [_head("Cost"), Text(f"  {usd(c.get('usd_per_hour'))}/h  idle {usd(c.get('idle_usd_per_hour'))}/h  "
                                  f"today {usd(c.get('today_usd'))}{budget}")]
     by_model: dict[str, list[str]] = {}
-    for p in [*({**p, "model": "fleet"} for p in c.get("fleet_per_million", [])), *c["per_million"]]:
+    fleet: list[PerMillion] = [{**p, "model": "fleet"} for p in c.get("fleet_per_million", [])]
+    for p in [*fleet, *c["per_million"]]:
         if p["window"] == o["window"]:
             by_model.setdefault(p["model"], []).append(f"{p['tokens']} {usd(p['usd'])}")
     for model, prices in by_model.items():
@@ -316,14 +321,14 @@ def _cost_lines(o: dict[str, Any]) -> list[Text]:
     return lines
 
 
-def _alerts_title(alerts: dict[str, Any]) -> str:
+def _alerts_title(alerts: AlertsSection) -> str:
     """"Alerts (3 firing, 1 pending)", and which of them are listed when not all are."""
     shown, total = len(alerts["active"]), alerts["firing"] + alerts["pending"]
     more = f"; the first {shown}, firing first: all at /api/v1/alerts" if shown < total else ""
     return f"Alerts ({alerts['firing']} firing, {alerts['pending']} pending{more})"
 
 
-def _alert_lines(o: dict[str, Any]) -> list[Text]:
+def _alert_lines(o: Overview) -> list[Text]:
     active = o["alerts"]["active"]
     lines = [_head(_alerts_title(o["alerts"]))] if active else []
     for a in active:

@@ -17,8 +17,7 @@ import numpy as np
 import yaml
 
 from monitor.alerting.evaluator import RuleState
-from monitor.rulefiles.expr import Sample, Selector, parse
-from monitor.rulefiles.promql import HistoryAt, Track
+from monitor.rulefiles.promql import HistoryAt, Sample, Track, parse
 from monitor.rulefiles.rules import load_rules, parse_duration
 
 LOOKBACK_SECONDS = 300.0  # Prometheus' default query.lookback-delta
@@ -57,8 +56,8 @@ def expand(values: str) -> list[float | None]:
 
 
 def _series_labels(text: str) -> dict[str, str]:
-    node = parse(text)
-    assert isinstance(node, Selector)
+    node = parse(text).selector
+    assert node is not None
     return {"__name__": node.name, **{m.label: m.value for m in node.matchers}}
 
 

@@ -17,7 +17,7 @@ from monitor.config import load_settings
 from monitor.runtime import Monitor
 from monitor.store.worker import STUCK_AFTER
 from tests.alerting.helpers import HOLD_LOCK, wait_for
-from tests.appserver import serve_app
+from tests.support.appserver import serve_app
 
 
 def monitor_on(url: str, monkeypatch: pytest.MonkeyPatch) -> Monitor:

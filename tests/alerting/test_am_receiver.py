@@ -18,7 +18,7 @@ from monitor.runtime import Monitor
 from tests.alerting.alertmanager_payload import am_payload
 from tests.alerting.helpers import receiver_data, wait_for
 from tests.alerting.imserver import BEARER, KINDS, SECRETS, TOKENS, ImServer
-from tests.appserver import serve_app
+from tests.support.appserver import serve_app
 
 API_TOKEN = "api-token-7d1e0b55"
 AUTH = {"Authorization": f"Bearer {API_TOKEN}"}

@@ -23,8 +23,8 @@ from tests.alerting.test_alertmanager import alertmanager
 from tests.alerting.test_am_receiver import API_TOKEN, wait_for
 from tests.alerting.test_evaluator import RecordingSink
 from tests.alerting.test_monitor_alerts import PAGE, Engine, cycles, make_monitor
-from tests.appserver import serve_app
-from tests.pageserver import Page, PageServer
+from tests.support.appserver import serve_app
+from tests.support.pageserver import Page, PageServer
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 # What Alertmanager's webhook (v4) carries, at the top and per alert: nothing more, nothing less.

@@ -11,7 +11,7 @@ import pytest
 from monitor.alerting.embedded import EmbeddedEvaluator
 from monitor.alerting.evaluator import RuleState
 from monitor.alerting.model import Alert
-from monitor.rulefiles.expr import Sample, parse
+from monitor.rulefiles.promql import Sample, parse
 from monitor.rulefiles.rules import AlertRule, RuleSet
 from monitor.rulefiles.templates import Template
 from monitor.store.session import Store

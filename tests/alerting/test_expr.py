@@ -1,4 +1,4 @@
-"""The PromQL subset: what parses, what is refused, and Prometheus' semantics on one instant."""
+"""The rule language on a page: what parses, what is refused, and Prometheus' semantics on one instant."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from monitor.rulefiles.expr import Matcher, OutsideSubset, Sample, Series, metric_names, parse
+from monitor.rulefiles.promql import MAX_DEPTH, Matcher, OutsideSubset, Sample, Series, TooDeep, parse
 
 
 def series(name: str, value: float, **labels: str) -> Sample:
@@ -69,18 +69,48 @@ def test_or_binds_looser_than_and() -> None:
 
 
 @pytest.mark.parametrize("text", [
-    "rate(a[5m]) > 1", "a[5m]", "a offset 5m > 1", "a @ 100 > 1", "sum(a) > 1", "a + 1 > 2",
-    "a > bool 1", "a > b", "a > 1 and on(node) group_left b", '{__name__="a"} > 1', "a >", "(a > 1",
-    "a > 1 and", 'a{node=~"("} > 1', "1 > 2", "a > 1 b",
+    "rate(a[5m]) > 1", "a[5m]", "a @ 100 > 1", "sum(a) > 1", "a > bool 1", "a > 1 and on(node) group_left b",
+    "a >", "(a > 1", "a > 1 and", 'a{node=~"("} > 1', 'a{node=~"(?<x>y)"} > 1', "1 > 2", "a > 1 b", "a > 1 and 2",
+    'a{__name__=~"a|b"} > 1', "clamp_min(a, b) > 1", 'a{node="n1"} or on(node) group_right b',
 ])
-def test_outside_the_subset_is_refused_with_a_reason(text: str) -> None:
+def test_outside_what_is_evaluated_is_refused_with_a_reason(text: str) -> None:
     with pytest.raises(OutsideSubset) as caught:
         parse(text)
     assert str(caught.value)
 
 
+def test_arithmetic_and_vector_comparisons_on_a_page_have_prometheus_semantics() -> None:
+    # arithmetic drops the name; a comparison with a number then filters
+    assert run("a + 1 > 2") == [({"node": "n1", "gpu": "0"}, 6.0), ({"node": "n2", "gpu": "2"}, 21.0)]
+    assert run("-c") == [({"node": "n1", "gpu": "0"}, -7.0)]
+    assert run("a / on(node, gpu) c") == [({"node": "n1", "gpu": "0"}, 5 / 7)]
+    # two vectors compared: matched one to one, the left sample kept with its name
+    assert run("c > a") == [({"__name__": "c", "node": "n1", "gpu": "0"}, 7.0)]
+    assert run("a > b") == []  # a's series carry gpu, b's do not: nothing matches
+    assert run('{__name__="c"} >= 7') == run("c >= 7") != []
+    assert run("abs(a - 10) < 6") == [({"node": "n1", "gpu": "0"}, 5.0)]
+
+
+def test_the_past_on_a_page_is_empty() -> None:
+    """`offset` and ranges read the history; a page holds one instant, so they select nothing there."""
+    expr = parse("a offset 5m > 1")
+    assert expr.reads_history and expr.eval(SAMPLES) == []
+    assert parse("max_over_time(a[1h]) > 1").eval(SAMPLES) == []
+    assert not parse("a > 1 and c > 0").reads_history
+
+
+@pytest.mark.parametrize("text", [
+    "(" * 50_000 + "a" + ")" * 50_000 + " > 1", " or ".join(["a > 1"] * 20_000),
+    "(" * (MAX_DEPTH + 1) + "a" + ")" * (MAX_DEPTH + 1), " or ".join(["a > 1"] * (MAX_DEPTH + 1)),
+])
+def test_too_deep_is_refused_before_the_parser_reads_it(text: str) -> None:
+    with pytest.raises(TooDeep):
+        parse(text)
+    assert parse(" or ".join(["a > 1"] * 40)).eval(SAMPLES)  # what a rule writes parses
+
+
 def test_metric_names_of_an_expression() -> None:
-    assert metric_names(parse("(a > 1 or c > 0) and on(node) b == 1")) == {"a", "b", "c"}
+    assert parse("(a > 1 or c > 0) and on(node) b == 1").metric_names == {"a", "b", "c"}
 
 
 EXPRESSIONS = ['a{gpu="1"}', 'a{gpu!="1",node=~"n[12]"}', 'a{node=~"n"}', 'a{gpu!~"0|1"} > 0', "a > 1 and c > 0",

@@ -12,8 +12,8 @@ import yaml
 from monitor.config import load_settings
 from monitor.runtime import Monitor
 from tests.alerting.test_evaluator import RecordingSink
-from tests.appserver import serve_app
 from tests.conftest import FIXTURES
+from tests.support.appserver import serve_app
 
 PAGE = (FIXTURES / "sample_vllm_v1.prom").read_text()
 

@@ -20,7 +20,7 @@ from monitor.exporter import make_registry, render_text
 from monitor.store.session import Store
 from tests.alerting.helpers import Clock, alert, all_receivers, receiver
 from tests.alerting.imserver import ImServer
-from tests.golden import assert_promtool_accepts, emitted_families
+from tests.support.golden import assert_promtool_accepts, emitted_families
 
 Scenario = Callable[[Delivery, Clock], Awaitable[Any]]
 

@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from bench.fleet_view import build
 from monitor.alerting import readback
 from monitor.alerting.embedded import EmbeddedEvaluator
 from monitor.alerting.readback import PageReader, exposition_samples
 from monitor.config import SHIPPED_RULE_FILES
 from monitor.exporter import make_registry, render_text
 from monitor.promtext import PageError
-from monitor.rulefiles.expr import Sample
+from monitor.rulefiles.promql import Sample
 from monitor.rulefiles.rules import load_rules
 from monitor.service.render import render_service
 from monitor.store.session import Store
+from tests.support.fleet import build
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNTER = (b"# HELP inference_test_requests Requests.\n# TYPE inference_test_requests counter\n"

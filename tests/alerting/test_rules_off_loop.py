@@ -19,9 +19,9 @@ from monitor.rulefiles.rules import load_rules
 from monitor.runtime import Monitor
 from monitor.store.session import Store
 from tests.alerting.helpers import wait_for
-from tests.appserver import serve_app
 from tests.conftest import FIXTURES
-from tests.pageserver import Page, PageServer
+from tests.support.appserver import serve_app
+from tests.support.pageserver import Page, PageServer
 
 
 def test_served_rules_advance_in_the_worker_thread_and_the_api_reads_them() -> None:

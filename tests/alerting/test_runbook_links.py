@@ -16,7 +16,7 @@ from monitor.runtime import Monitor
 from tests.alerting.alertmanager_payload import am_payload
 from tests.alerting.helpers import receiver_data
 from tests.alerting.imserver import KINDS, ImServer
-from tests.appserver import serve_app
+from tests.support.appserver import serve_app
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = "https://github.com/acme/inference-monitor/blob/main/"

@@ -1,4 +1,4 @@
-"""The fault-scenario scorecard (#17 item 7) as a test: the scenarios of bench/scenarios.py (the
+"""The fault-scenario scorecard (#17 item 7) as a test: the scenarios of tests/support/scenarios.py (the
 same table `python -m bench.scorecard` prints), with the monitor's clock 45x compressed.
 
 Each fault must raise its alert, name its probable cause, raise nothing unexpected, and every
@@ -13,7 +13,7 @@ import dataclasses
 
 import pytest
 
-from bench.scenarios import (
+from tests.support.scenarios import (
     ALL_SHAPES,
     BENCH_ONLY,
     HEALTHY,
@@ -70,7 +70,7 @@ def test_the_healthy_run_raises_no_alert() -> None:
 @pytest.mark.long
 def test_a_healthy_moe_model_with_a_kv_tier_and_a_pd_split_raises_no_alert() -> None:
     # The serving shapes on (#45), all three in one world, nothing wrong: their rules (alerts/kv.yml) and
-    # every other stay quiet. The bench's scorecard runs each shape on its own (bench.scenarios.QUIET).
+    # every other stay quiet. The bench's scorecard runs each shape on its own (tests.support.scenarios.QUIET).
     outcome = asyncio.run(run_scenario(ALL_SHAPES, SPEED, SCRAPE_S))
     assert outcome.transitions == [], _story(outcome)
 

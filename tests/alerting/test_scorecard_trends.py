@@ -1,5 +1,5 @@
 """The scorecard's trend rows (#41, #55): weeks at compressed time through the embedded evaluator and
-its history (bench/trend_scenarios.py, the same table `python -m bench.trend_scenarios` prints).
+its history (tests/support/trend_scenarios.py, the same table `python -m bench.trend_scenarios` prints).
 
 A creep must raise TTFTP99Creep by its fire-by time with the cause that changed beside it (the KV
 cache at the same load, the load, or nothing: `trend_unexplained`), and a creep 21 days old is a
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.trend_scenarios import SCENARIOS, TrendScenario, run_trend_scenario, table
+from tests.support.trend_scenarios import SCENARIOS, TrendScenario, run_trend_scenario, table
 
 
 @pytest.mark.long

@@ -21,8 +21,8 @@ from monitor.store.migrate import upgrade
 from tests.alerting.alertmanager_payload import am_payload
 from tests.alerting.helpers import receiver_data, wait_for
 from tests.alerting.imserver import ImServer
-from tests.appserver import serve_app
-from tests.served_process import infermon_serve
+from tests.support.appserver import serve_app
+from tests.support.served_process import infermon_serve
 
 TOKEN = "store-lost-token-3c1d"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -19,11 +19,11 @@ from tests.alerting.alertmanager_payload import am_payload
 from tests.alerting.helpers import HOLD_LOCK, receiver_data, wait_for
 from tests.alerting.imserver import ImServer
 from tests.conftest import FIXTURES
-from tests.latency import healthz_probe
-from tests.pageserver import Page, PageServer
-from tests.served_process import infermon_serve
+from tests.support.latency import healthz_probe
+from tests.support.pageserver import Page, PageServer
+from tests.support.served_process import infermon_serve
 
-pytestmark = pytest.mark.alone  # a /healthz latency bar (tests/latency.py): run with no neighbours
+pytestmark = pytest.mark.alone  # a /healthz latency bar (tests/support/latency.py): run with no neighbours
 
 TOKEN = "store-test-token-91ab"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -12,11 +12,11 @@ from contextlib import contextmanager
 
 import pytest
 
-from bench.forwarder import Forwarder
 from monitor.canary.outcome import OUTCOMES
 from monitor.sim import SimServer
 from tests.canary.conftest import MODEL, canary_monitor, probe, samples
-from tests.pageserver import Page, PageServer
+from tests.support.forwarder import Forwarder
+from tests.support.pageserver import Page, PageServer
 
 Setup = Callable[[SimServer, PageServer], Iterator[tuple[str, dict[str, str]]]]
 

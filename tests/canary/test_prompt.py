@@ -17,7 +17,7 @@ from fastapi.responses import StreamingResponse
 
 from monitor.canary.probe import Prober, probe_prompt
 from monitor.config import load_settings
-from tests.appserver import serve_asgi
+from tests.support.appserver import serve_asgi
 
 PROMPT = "Say hello in five words."
 

@@ -11,9 +11,9 @@ import time
 import httpx
 import pytest
 
-from tests.appserver import serve_app
 from tests.canary.conftest import MODEL, canary_monitor, probe
-from tests.pageserver import Page, PageServer
+from tests.support.appserver import serve_app
+from tests.support.pageserver import Page, PageServer
 
 SECRET = "sk-canary-7f3a9c1e5b"
 

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from bench.forwarder import Forwarder
 from monitor.canary.outcome import ProbeResult
 from monitor.catalog import CATALOG
 from monitor.runtime import Monitor
@@ -35,7 +34,8 @@ from tests.canary.conftest import (
     probe,
     samples,
 )
-from tests.golden import assert_promtool_accepts, emitted_families
+from tests.support.forwarder import Forwarder
+from tests.support.golden import assert_promtool_accepts, emitted_families
 
 pytestmark = pytest.mark.alone  # client timings held to 50 ms (TTFT) and 3 ms (TPOT): run with no neighbours
 

@@ -12,8 +12,8 @@ from monitor.cost.render import render_cost
 from monitor.exporter import make_registry, render_text
 from monitor.runtime import Monitor
 from tests.conftest import FIXTURES
-from tests.golden import assert_golden, assert_promtool_accepts, emitted_families
 from tests.service.pagegen import grow
+from tests.support.golden import assert_golden, assert_promtool_accepts, emitted_families
 
 GOLDEN = FIXTURES / "golden_cost.prom"
 VLLM = (FIXTURES / "sample_vllm_v1.prom").read_text()

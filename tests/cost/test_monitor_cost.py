@@ -21,11 +21,11 @@ import pytest
 from monitor.config import load_settings
 from monitor.cost.prices import PRICES_SET
 from monitor.runtime import Monitor
-from tests.appserver import serve_app
 from tests.conftest import FIXTURES
 from tests.infra.scrape import Samples, samples, series, value
-from tests.pageserver import Generated, Page, PageServer
 from tests.service.pagegen import grow
+from tests.support.appserver import serve_app
+from tests.support.pageserver import Generated, Page, PageServer
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 VLLM = (FIXTURES / "sample_vllm_v1.prom").read_text()

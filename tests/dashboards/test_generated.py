@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -223,3 +224,16 @@ def test_committed_json_round_trips_through_the_sdk_model() -> None:
     for name, board in dashboards().items():
         again = json.loads(json.dumps(Dashboard.from_json(board), cls=JSONEncoder))
         assert again == board, name
+
+
+def test_the_generator_command_has_help_and_refuses_a_missing_root(tmp_path: Path) -> None:
+    """`--help` is help (it once wrote the files into a folder named `--help`); a root that is not
+    there is an error naming it, and nothing is written."""
+    command = [sys.executable, "-m", "monitor.dashboards"]
+    shown = subprocess.run([*command, "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    assert shown.returncode == 0 and "usage: python -m monitor.dashboards" in shown.stdout
+    missing = tmp_path / "nowhere"
+    refused = subprocess.run([*command, str(missing)], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                             check=False)
+    assert refused.returncode == 2 and f"{missing} is not a directory" in refused.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -19,11 +19,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from bench.promserver import PrometheusServer
 from monitor.ports import free_port
 from tests.conftest import require_binary
 from tests.dashboards.panels import LABEL_VALUES, ROOT, PanelQuery, expanded_variables, queries
-from tests.served_process import stop
+from tests.support.promserver import PrometheusServer
+from tests.support.served_process import stop
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.long]
 

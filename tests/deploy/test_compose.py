@@ -22,8 +22,8 @@ from monitor.runtime import Monitor
 from tests.alerting.alertmanager_payload import am_payload
 from tests.alerting.helpers import receiver_data
 from tests.alerting.imserver import ImServer
-from tests.appserver import serve_app
 from tests.conftest import require_binary
+from tests.support.appserver import serve_app
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRETS = {ROOT / "deploy/secrets/infermon-api-token"}  # created by the operator, git-ignored

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from monitor.rulefiles.promql import HistoryAt, TrendExpr
+from monitor.rulefiles.promql import HistoryAt
 from monitor.rulefiles.rules import SHIPPED_DIR, AlertRule, load_rules
 from monitor.rulefiles.templates import TemplateData
 from monitor.sim.week import growth, holiday, product, rhythm, step
@@ -79,7 +79,7 @@ def the_rules() -> list[AlertRule]:
 
 def reach_of(rules: list[AlertRule]) -> float:
     """How far back the rules read."""
-    return max(rule.expr.longest_reach for rule in rules if isinstance(rule.expr, TrendExpr))
+    return max(rule.expr.longest_reach for rule in rules if rule.trend)
 
 
 def instants(reach: float) -> list[float]:

@@ -13,16 +13,16 @@ import httpx
 import numpy as np
 import pytest
 
-from bench.promserver import PrometheusServer
 from monitor.config import HistorySettings
 from monitor.history.importer import HistoryImportError, covering, import_prometheus, selector_text
 from monitor.history.keeper import Wanted, wanted_of
 from monitor.history.store import HistoryTables, StoredDay
-from monitor.rulefiles.expr import Matcher
+from monitor.rulefiles.promql import Matcher
 from monitor.rulefiles.rules import SHIPPED_DIR, load_rules
 from monitor.store.session import Store
 from tests.conftest import require_binary
 from tests.history.worlds import DAY, World, creeping, openmetrics, seasonal
+from tests.support.promserver import PrometheusServer
 
 pytestmark = pytest.mark.prometheus
 

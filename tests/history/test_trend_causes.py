@@ -11,7 +11,7 @@ import pytest
 from monitor.alerting.explain import explain
 from monitor.config import CauseSettings
 from monitor.history.keeper import HistoryKeeper, Wanted, week_over_week
-from monitor.rulefiles.expr import Matcher
+from monitor.rulefiles.promql import Matcher
 from tests.alerting.contextviews import MODEL, NODE, gpu, target, views
 from tests.history.worlds import DAY, WEEK, World, creeping, seasonal, stored_days
 

@@ -18,13 +18,13 @@ import httpx
 import numpy as np
 import pytest
 
-from bench.promserver import PrometheusServer
 from monitor.history.keeper import HistoryKeeper, Wanted
-from monitor.rulefiles.promql import HistoryAt, TrendError, TrendExpr
+from monitor.rulefiles.promql import HistoryAt, TrendError, parse
 from monitor.rulefiles.rules import AlertRule, load_rules
 from monitor.rulefiles.trends import QUANTITIES, Builder
 from tests.conftest import require_binary
 from tests.history.worlds import DAY, WEEK, World, creeping, openmetrics, seasonal, stepped, stored_days
+from tests.support.promserver import PrometheusServer
 
 END = 1_780_000_000.0  # a Thursday in 2026, 18:26:40 UTC
 START = END - 3 * WEEK
@@ -130,7 +130,7 @@ def both(tmp_path_factory: pytest.TempPathFactory,
 @pytest.mark.parametrize("expr", EXPRESSIONS)
 def test_expression_equals_prometheus(both: tuple[PrometheusServer, HistoryKeeper], expr: str) -> None:
     prom, keeper = both
-    parsed = TrendExpr(expr)
+    parsed = parse(expr)
     assert END - 17.5 - parsed.longest_reach >= START  # each is read once at least
     for at in (END - 17.5, END - 2 * DAY - 3600 - 123.25, END - 6 * DAY - 61):
         theirs = {frozenset({k: v for k, v in s["metric"].items()}.items()): float(s["value"][1])
@@ -217,4 +217,4 @@ def test_an_evaluation_error_is_the_rules_not_an_exception(both: tuple[Prometheu
     with pytest.raises(httpx.HTTPStatusError):
         prom.query(expr, at=END)
     with pytest.raises(TrendError, match=r"many-to-(one|many)"):
-        TrendExpr(expr).eval(HistoryAt(keeper, END))
+        parse(expr).eval(HistoryAt(keeper, END))

@@ -21,7 +21,6 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from bench.promserver import PrometheusServer
 from monitor.alerting.embedded import EmbeddedEvaluator
 from monitor.alerting.model import Alert
 from monitor.cli import app
@@ -29,12 +28,12 @@ from monitor.config import HistorySettings
 from monitor.history.importer import import_prometheus
 from monitor.history.keeper import build_keeper, first_day, wanted_of
 from monitor.history.store import HistoryTables
-from monitor.rulefiles.promql import TrendExpr
 from monitor.rulefiles.rules import SHIPPED_DIR, load_rules
 from monitor.sim.week import growth, holiday, product, step
 from monitor.store.session import Store
 from tests.conftest import require_binary
 from tests.history.worlds import DAY, WEEK, World, openmetrics, seasonal
+from tests.support.promserver import PrometheusServer
 
 pytestmark = pytest.mark.prometheus
 
@@ -121,7 +120,7 @@ def test_prometheus_and_the_seeded_embedded_monitor_name_every_creep_and_step_al
         assert done.series == sum(len(world.series) for world in worlds(end)) and done.days >= 35
         keeper = build_keeper(HistorySettings(series=[]), ruleset)
         assert keeper is not None
-        reach = max(rule.expr.longest_reach for rule in ruleset.rules if isinstance(rule.expr, TrendExpr))
+        reach = max(rule.expr.longest_reach for rule in ruleset.rules if rule.trend)
         assert keeper.memory_days * DAY >= reach  # it keeps what the rules read
         now = time.time()
         keeper.load(tables.read(first_day(now, keeper.memory_days)), now)

@@ -14,7 +14,7 @@ from monitor.runtime import Monitor
 from tests.conftest import FIXTURES
 from tests.infra.conftest import infra_settings, tick
 from tests.infra.scrape import Samples, names, series, value
-from tests.pageserver import Page, PageServer, status_page
+from tests.support.pageserver import Page, PageServer, status_page
 
 MIB = 1048576
 PAGE_48 = (FIXTURES / "sample_dcgm.prom").read_text()

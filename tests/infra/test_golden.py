@@ -13,9 +13,9 @@ from monitor.health import HealthBook
 from monitor.infra.collector import InfraCollector
 from monitor.infra.render import render_infra
 from tests.conftest import FIXTURES
-from tests.golden import assert_golden, assert_promtool_accepts, emitted_families
 from tests.infra.conftest import infra_settings
 from tests.infra.fakes import TRACE_FILE, FakeClock
+from tests.support.golden import assert_golden, assert_promtool_accepts, emitted_families
 
 GOLDEN = FIXTURES / "golden_infra.prom"
 PAGES = {"dcgm-48": "sample_dcgm.prom", "dcgm-49": "dcgm_4_9.prom",  # and the GPU health rows of both:

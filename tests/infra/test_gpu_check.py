@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench import gpu_check
 from monitor.infra.reading import CLOCK_EVENT_REASONS
 from monitor.infra.replay import ReplayNvml
 from tests.infra.fakes import TRACE_FILE, h200_trace
+from tests.support import gpu_check
 
 PHASES = ["idle", "burn", "memfill", "duty30", "idle2"]
 

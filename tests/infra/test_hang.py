@@ -14,10 +14,10 @@ import httpx
 import pytest
 
 from monitor.runtime import Monitor
-from tests.appserver import serve_app
 from tests.infra.conftest import infra_settings
 from tests.infra.fakes import HangingNvml, h200_trace
 from tests.infra.scrape import Samples, samples, value
+from tests.support.appserver import serve_app
 
 
 @pytest.fixture

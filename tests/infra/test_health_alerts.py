@@ -15,14 +15,14 @@ import httpx
 import pytest
 import yaml
 
-from bench.alertrules import Labels, firing, short_rules
-from bench.promserver import PrometheusServer
 from monitor.config import load_settings
 from monitor.rulefiles.rules import SHIPPED_DIR
 from monitor.runtime import Monitor
-from tests.appserver import serve_app
 from tests.conftest import FIXTURES, require_binary
-from tests.pageserver import Page, PageServer
+from tests.support.alertrules import Labels, firing, short_rules
+from tests.support.appserver import serve_app
+from tests.support.pageserver import Page, PageServer
+from tests.support.promserver import PrometheusServer
 
 HEALTH_RULES = {rule["alert"] for group in yaml.safe_load((SHIPPED_DIR / "infra.yml").read_text())["groups"]
                 if group["name"] == "infra-health" for rule in group["rules"]}

@@ -28,14 +28,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.alertrules import Labels, firing, name_of, short_rules
-from bench.promserver import PrometheusServer
 from monitor.config import load_settings
 from monitor.runtime import Monitor
 from monitor.sim import EngineConfig, Fault, FaultSchedule, LatencyProfile, SimServer, SimulatedEngine
 from monitor.sim.load import LoadConfig, run_load
-from tests.appserver import serve_app
 from tests.conftest import FIXTURES, require_binary
+from tests.support.alertrules import Labels, firing, name_of, short_rules
+from tests.support.appserver import serve_app
+from tests.support.promserver import PrometheusServer
 
 pytestmark = pytest.mark.prometheus
 

@@ -26,12 +26,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.promserver import PrometheusServer
 from monitor.config import load_settings
 from monitor.runtime import Monitor
 from monitor.service.engines import VLLM_V1
 from tests.conftest import FIXTURES, require_binary
 from tests.service.pagegen import grow
+from tests.support.promserver import PrometheusServer
 
 pytestmark = pytest.mark.prometheus
 

@@ -1,4 +1,4 @@
-"""A real vLLM server (vLLM's CPU build, tests/vllm_real.py): the monitor, the canary and
+"""A real vLLM server (vLLM's CPU build, tests/support/vllm_real.py): the monitor, the canary and
 `infermon bench` against the engine most of the monitor's users run, not its metric code alone.
 
 One server for the module (30-75 s to start on 2 cores). Its KV cache is made small (6 blocks of
@@ -29,7 +29,6 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.promserver import PrometheusServer
 from monitor.canary.outcome import judge as judge_probe
 from monitor.canary.probe import Prober
 from monitor.config import CanaryProbe, CostSettings, Duration, load_settings
@@ -44,7 +43,8 @@ from monitor.service.promql import histogram_quantile
 from tests.alerting.contextviews import assert_context_matches
 from tests.alerting.test_context_sim import MetricsAtFiring, ttft_rules
 from tests.conftest import require_binary
-from tests.vllm_real import KV_BLOCKS, MODEL_NAME, VERSION, VllmServer, vllm_home
+from tests.support.promserver import PrometheusServer
+from tests.support.vllm_real import KV_BLOCKS, MODEL_NAME, VERSION, VllmServer, vllm_home
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.long]
 
@@ -407,7 +407,7 @@ def test_bench_engine_figures_are_the_engines_own_histograms(server: VllmServer,
 
 
 def test_a_missing_install_fails_under_ci_and_skips_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
-    import tests.vllm_real as vllm_real
+    import tests.support.vllm_real as vllm_real
 
     monkeypatch.delenv("VLLM_CPU_HOME", raising=False)
     monkeypatch.setattr(vllm_real, "_cached_home", lambda: None)

@@ -19,12 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.promserver import PrometheusServer
 from monitor.service.recording import Rule, expand, gauge_rules, window_rules
 from tests.conftest import FIXTURES, require_binary
 from tests.integration.test_backfill_exact import MODEL, backfilled
-from tests.pageserver import Generated, PageServer
 from tests.service.pagegen import grow
+from tests.support.pageserver import Generated, PageServer
+from tests.support.promserver import PrometheusServer
 
 pytestmark = pytest.mark.prometheus
 SHIPPED = Path(__file__).parents[2] / "deploy" / "prometheus" / "recording.yml"

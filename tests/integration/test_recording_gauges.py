@@ -9,11 +9,11 @@ import time
 import httpx
 import pytest
 
-from bench.promserver import PrometheusServer
 from monitor.service.recording import expand, gauge_rules
 from tests.conftest import require_binary
-from tests.pageserver import Page, PageServer
 from tests.service.test_real_engine_pages import page, scrape_texts
+from tests.support.pageserver import Page, PageServer
+from tests.support.promserver import PrometheusServer
 
 pytestmark = pytest.mark.prometheus
 

@@ -13,12 +13,12 @@ import time
 import httpx
 import pytest
 
-from bench.promserver import PrometheusServer
 from monitor.config import load_settings
 from monitor.runtime import Monitor
 from monitor.sim import EngineConfig, LatencyProfile, SimServer, SimulatedEngine
 from monitor.sim.load import LoadConfig, run_load
 from tests.conftest import require_binary
+from tests.support.promserver import PrometheusServer
 
 pytestmark = pytest.mark.prometheus
 

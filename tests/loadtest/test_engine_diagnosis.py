@@ -20,8 +20,8 @@ from monitor.loadtest.scenario import BUILT_IN
 from monitor.loadtest.summary import engine_limited, shared, shortfalls, warnings
 from monitor.sim import LatencyProfile
 from monitor.sim.load import LoadConfig, run_load
-from tests.llamacpp import MODEL_NAME, LlamaServer, serve_tiny_model
 from tests.loadtest.conftest import MODEL, bench
+from tests.support.llamacpp import MODEL_NAME, LlamaServer, serve_tiny_model
 
 
 @pytest.fixture(scope="module")

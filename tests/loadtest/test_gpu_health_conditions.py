@@ -11,7 +11,7 @@ from monitor.infra.reading import GpuIdentity, GpuReading, GpuState
 from monitor.loadtest.sampling import DcgmSource, health_conditions
 from monitor.loadtest.summary import unhealthy
 from tests.conftest import FIXTURES
-from tests.pageserver import Page, PageServer
+from tests.support.pageserver import Page, PageServer
 
 
 def test_a_dcgm_page_with_sick_gpus_makes_the_conditions_critical() -> None:

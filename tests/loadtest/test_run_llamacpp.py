@@ -1,4 +1,4 @@
-"""`infermon bench` against a real llama.cpp llama-server (tests/llamacpp.py), not the simulator.
+"""`infermon bench` against a real llama.cpp llama-server (tests/support/llamacpp.py), not the simulator.
 
 The server is llama.cpp's own OpenAI-compatible streaming API and `/metrics` code with a tiny
 random-weight model: what the bench records about the engine comes from that page, and what it
@@ -25,7 +25,7 @@ from monitor.loadtest.scenario import BUILT_IN
 from monitor.loadtest.stats import distribution
 from monitor.loadtest.summary import cached
 from monitor.loadtest.tokenizer import exact_input_lengths
-from tests.llamacpp import MODEL_NAME, LlamaServer, serve_tiny_model
+from tests.support.llamacpp import MODEL_NAME, LlamaServer, serve_tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from monitor.sim.judge import _RESPONSE, JUDGE_MODES, simulated_verdict
-from tests.appserver import serve_asgi
+from tests.support.appserver import serve_asgi
 
 
 class JudgeScript:

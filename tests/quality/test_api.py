@@ -21,9 +21,9 @@ from monitor.quality.run import QualityRunner
 from monitor.quality.store import QualityStore
 from monitor.runtime import Monitor
 from monitor.store.session import Store
-from tests.appserver import serve_app, serve_asgi
 from tests.quality.helpers import DAY, DAY_START, iso, make_samples, quality_settings
 from tests.quality.judgeserver import JudgeScript, judge_server
+from tests.support.appserver import serve_app, serve_asgi
 
 TOKEN = {"Authorization": "Bearer tok-123"}
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+")

@@ -44,9 +44,9 @@ from monitor.settings_check import check_settings
 from monitor.store.session import Store
 from monitor.web.overview import overview
 from monitor.web.terminal import exit_code, print_overview
-from tests.appserver import serve_app
 from tests.quality.helpers import DAY, days_before, iso, make_samples, quality_settings
 from tests.quality.judgeserver import _RESPONSE, JudgeScript, judge_server
+from tests.support.appserver import serve_app
 
 SAMPLES = 12
 _CJK = re.compile(r"[\u4e00-\u9fff]")

@@ -1,4 +1,4 @@
-"""The issue's judge, for real: llama.cpp's llama-server with a tiny random-weight model (tests/llamacpp.py).
+"""The issue's judge, for real: llama.cpp's llama-server with a tiny random-weight model (tests/support/llamacpp.py).
 
 It answers the rubric with noise: most answers never close their JSON (judge errors), and the
 verdicts that parse carry reasons that are not language. Either way the run fails with no model
@@ -15,8 +15,8 @@ from monitor.quality.cli import run_command
 from monitor.quality.store import QualityStore
 from monitor.quality.summary import QualitySummary
 from monitor.store.session import Store
-from tests.llamacpp import MODEL_NAME, LlamaServer, serve_tiny_model
 from tests.quality.helpers import DAY, make_samples, quality_settings
+from tests.support.llamacpp import MODEL_NAME, LlamaServer, serve_tiny_model
 
 SAMPLES = 8
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from monitor.ports import free_port
-from tests.served_process import stop
+from tests.support.served_process import stop
 
 
 @pytest.mark.long

@@ -19,9 +19,9 @@ from monitor.runtime import Monitor
 from monitor.store.session import Store
 from monitor.web.overview import overview
 from monitor.web.terminal import exit_code
-from tests.appserver import serve_app
 from tests.quality.helpers import DAY, make_samples, quality_settings
 from tests.quality.judgeserver import JudgeScript, judge_server
+from tests.support.appserver import serve_app
 
 SAMPLES = 9
 

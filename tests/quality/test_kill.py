@@ -17,9 +17,9 @@ from monitor.config import load_settings
 from monitor.quality.store import QualityStore
 from monitor.runtime import Monitor
 from monitor.store.session import Store
-from tests.appserver import serve_app
 from tests.quality.helpers import DAY, make_samples, quality_settings
 from tests.quality.judgeserver import JudgeScript, judge_server
+from tests.support.appserver import serve_app
 
 SAMPLES = 24
 

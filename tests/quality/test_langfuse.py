@@ -14,10 +14,10 @@ from monitor.quality.run import QualityRunError, QualityRunner, RunReport
 from monitor.quality.sources.langfuse import LangfuseSource
 from monitor.quality.store import QualityStore
 from monitor.store.session import Store
-from tests.appserver import serve_asgi
 from tests.quality.helpers import DAY, DAY_START, iso, quality_settings
 from tests.quality.judgeserver import JudgeScript, judge_server
 from tests.quality.langfuseserver import PUBLIC, SECRET, LangfuseState, langfuse_app
+from tests.support.appserver import serve_asgi
 
 
 def generations(count: int) -> list[dict[str, Any]]:

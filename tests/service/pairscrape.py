@@ -14,8 +14,8 @@ from monitor.config import load_settings
 from monitor.promtext import go_float
 from monitor.runtime import Monitor
 from monitor.service.promql import histogram_quantile
-from tests.pageserver import Generated, PageServer
-from tests.promql_oracle import extrapolated_rate
+from tests.support.pageserver import Generated, PageServer
+from tests.support.promql_oracle import extrapolated_rate
 
 START, STEP, WINDOW = 1_700_000_000.0, 15.0, 60.0
 Samples = dict[str, list[tuple[dict[str, str], float]]]

@@ -18,7 +18,7 @@ import pytest
 from monitor.config import load_settings
 from monitor.promtext import parse
 from monitor.runtime import Monitor
-from tests.pageserver import OPENMETRICS, TEXT, Generated, Page, PageServer
+from tests.support.pageserver import OPENMETRICS, TEXT, Generated, Page, PageServer
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 START, STEP = 1_700_000_000.0, 15.0

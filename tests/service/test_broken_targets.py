@@ -24,8 +24,8 @@ import pytest
 from monitor.config import Settings, load_settings
 from monitor.promtext import parse
 from monitor.runtime import Monitor
-from tests.appserver import serve_app
-from tests.pageserver import (
+from tests.support.appserver import serve_app
+from tests.support.pageserver import (
     Behaviour,
     Generated,
     Hang,

@@ -296,7 +296,7 @@ def test_store_rates_equal_the_reference_per_series_with_gaps_at_any_column(seed
 
 def reference_rate(each: Iterable[list[tuple[float, float]]], end: float, seconds: float) -> float | None:
     """`sum(rate(x[seconds]))` at `end`, the reference promql on each series' samples; None: no series has one."""
-    from tests.promql_oracle import extrapolated_increase
+    from tests.support.promql_oracle import extrapolated_increase
 
     rates = [increase / seconds for points in each if (increase := extrapolated_increase(
         [(t, v) for t, v in points if end - seconds < t <= end], end - seconds, end)) is not None]

@@ -16,8 +16,8 @@ from monitor.config import load_settings
 from monitor.ports import free_port
 from monitor.runtime import Monitor
 from monitor.service.discovery import DiscoveryError, parse_target_groups
-from tests.appserver import serve_app
-from tests.pageserver import Page, PageServer
+from tests.support.appserver import serve_app
+from tests.support.pageserver import Page, PageServer
 from tests.test_cli import FIXTURE, env, infermon, wait_for
 
 

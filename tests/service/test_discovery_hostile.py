@@ -12,9 +12,9 @@ import pytest
 from monitor.config import load_settings
 from monitor.runtime import Monitor
 from monitor.service.discovery import DiscoveryError, FileDiscovery, parse_target_groups
-from tests.appserver import serve_app
-from tests.pageserver import Page, PageServer
 from tests.service.test_discovery import wait_until
+from tests.support.appserver import serve_app
+from tests.support.pageserver import Page, PageServer
 from tests.test_cli import FIXTURE
 
 ALIAS_BOMB = "\n".join(["a: &a [x, x, x, x, x, x, x, x, x]"]

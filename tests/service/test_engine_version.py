@@ -13,7 +13,7 @@ from monitor.config import load_settings
 from monitor.runtime import Monitor
 from monitor.service.version import VERSION_INTERVAL, parse_version, version_url
 from tests.conftest import FIXTURES
-from tests.pageserver import Page, PageServer, status_page
+from tests.support.pageserver import Page, PageServer, status_page
 
 START = 1_780_000_000.0
 JSON = "application/json"

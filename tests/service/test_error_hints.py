@@ -9,7 +9,7 @@ import json
 
 from monitor.config import load_settings
 from monitor.runtime import Monitor
-from tests.pageserver import Page, PageServer
+from tests.support.pageserver import Page, PageServer
 
 # llama.cpp's server answers /metrics without --metrics so (format_error_response, not_supported_error).
 LLAMA_501 = json.dumps({"error": {"code": 501, "message": "This server does not support metrics endpoint. "

@@ -8,8 +8,8 @@ from monitor.catalog import CATALOG
 from monitor.config import load_settings
 from monitor.runtime import Monitor
 from tests.conftest import FIXTURES
-from tests.golden import assert_golden, assert_promtool_accepts, emitted_families
 from tests.service.pagegen import grow
+from tests.support.golden import assert_golden, assert_promtool_accepts, emitted_families
 
 GOLDEN = FIXTURES / "golden_service.prom"
 

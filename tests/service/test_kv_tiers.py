@@ -4,7 +4,7 @@ Pages come from tests/service/tierpages.py (prometheus_client, the engines' real
 labels and buckets), served by a real loopback HTTP server and scraped twice by the monitor,
 STEP seconds apart. Every number is checked against the PromQL an operator would write
 (`histogram_quantile` over the buckets' `rate()`, ratios of `rate()`s: the reference functions
-of monitor.service.promql and tests/promql_oracle.py, which Prometheus' own test vectors hold),
+of monitor.service.promql and tests/support/promql_oracle.py, which Prometheus' own test vectors hold),
 and, for the swap-back quantile and the transfer share, against a real Prometheus.
 """
 
@@ -19,12 +19,12 @@ import httpx
 import pytest
 import yaml
 
-from bench.promserver import PrometheusServer
 from monitor.service.recording import rule_file_text
 from tests.conftest import FIXTURES, require_binary
-from tests.pageserver import Generated, PageServer
 from tests.service.pairscrape import scrape
 from tests.service.tierpages import SGLANG_MODEL, VLLM_MODEL, fixture_pages, sglang_pair, vllm_pair
+from tests.support.pageserver import Generated, PageServer
+from tests.support.promserver import PrometheusServer
 
 
 def test_held_out_sglang_swap_back_p99() -> None:

@@ -1,4 +1,4 @@
-"""A real llama.cpp llama-server (tests/llamacpp.py): the engine table, the canary and the judge against it.
+"""A real llama.cpp llama-server (tests/support/llamacpp.py): the engine table, the canary and the judge against it.
 
 The server runs a tiny random-weight model made by the test, with a fixed sampling seed; its
 `/metrics` page and its OpenAI-compatible API are llama.cpp's own code. What the monitor reads
@@ -25,7 +25,7 @@ from monitor.config import CanaryProbe, JudgeSettings, load_settings
 from monitor.quality.judge import Judge, JudgeInput
 from monitor.quality.store import Verdict
 from monitor.runtime import Monitor
-from tests.llamacpp import MODEL_NAME, LlamaServer, serve_tiny_model
+from tests.support.llamacpp import MODEL_NAME, LlamaServer, serve_tiny_model
 
 WINDOW, ELAPSED = "61s", 60.0  # see test_table_reads_the_live_page: rate() is then the plain delta / 60 s
 T0 = 1_767_300_000.0
@@ -177,7 +177,7 @@ def test_check_names_what_the_engine_leaves_out_and_the_latency_source(server: L
 
 
 def test_a_missing_build_fails_under_ci_and_skips_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
-    import tests.llamacpp as llamacpp
+    import tests.support.llamacpp as llamacpp
 
     monkeypatch.delenv("LLAMA_SERVER", raising=False)
     monkeypatch.setattr(llamacpp, "_cached_binary", lambda: None)

@@ -22,7 +22,7 @@ from monitor.service.promql import (
     ragged_bucket_quantiles,
     reset_corrected_delta,
 )
-from tests.promql_oracle import extrapolated_increase, extrapolated_rate
+from tests.support.promql_oracle import extrapolated_increase, extrapolated_rate
 
 BUCKETS = [(0.1, 50.0), (0.2, 70.0), (1.0, 110.0), (math.inf, 120.0)]
 

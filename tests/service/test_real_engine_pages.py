@@ -27,8 +27,8 @@ from monitor.config import load_settings
 from monitor.runtime import Monitor
 from monitor.service.promql import fraction_at_or_below, histogram_quantile
 from tests.conftest import FIXTURES
-from tests.pageserver import Page, PageServer
-from tests.promql_oracle import extrapolated_rate
+from tests.support.pageserver import Page, PageServer
+from tests.support.promql_oracle import extrapolated_rate
 
 PAGES = FIXTURES / "real_engines"
 # Just longer than the ~65 s between the two reads: Prometheus then extrapolates each counter to

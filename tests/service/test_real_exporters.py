@@ -25,10 +25,10 @@ from monitor.config import load_settings
 from monitor.runtime import Monitor
 from monitor.scrape import ACCEPT
 from monitor.service.promql import histogram_quantile
-from tests.appserver import serve_asgi
-from tests.pageserver import OPENMETRICS, Generated, PageServer
-from tests.promql_oracle import extrapolated_increase
 from tests.service.exporters import LATENCY_BUCKETS, MODEL, FakeEngine, prefixed
+from tests.support.appserver import serve_asgi
+from tests.support.pageserver import OPENMETRICS, Generated, PageServer
+from tests.support.promql_oracle import extrapolated_increase
 
 SCRAPES = 5
 INTERVAL = 15.0

@@ -13,7 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from bench.pagefarm import PageFarm
 from monitor import exporter
 from monitor.alerting.context import _target_facts
 from monitor.alerting.embedded import STALE_METRIC, stale_targets
@@ -26,10 +25,11 @@ from monitor.service.collector import ServiceCollector
 from monitor.service.derive import fleet_rates, stats_from_rates
 from monitor.service.render import render_service
 from monitor.service.schedule import Spreader, first_slot, offset
-from tests.appserver import serve_app
 from tests.conftest import FIXTURES
-from tests.pageserver import Connection, Generated, Hang, PageServer
 from tests.service.pagegen import grow
+from tests.support.appserver import serve_app
+from tests.support.pagefarm import PageFarm
+from tests.support.pageserver import Connection, Generated, Hang, PageServer
 
 BASE = (FIXTURES / "sample_vllm_v1.prom").read_text()
 START = 1_767_300_000.0
@@ -291,7 +291,7 @@ def test_healthz_and_metrics_answer_while_200_targets_are_scraped(monkeypatch: p
     assert len(codes) >= 4 and set(codes) == {200}
 
 
-# -- the kept-connection path of `infermon serve` (h11, monitor.scrape.TargetConnection) -------------
+# -- the kept-connection path of `infermon serve` (monitor.scrape.TargetConnection, on the wire) ----
 
 
 class Moved:

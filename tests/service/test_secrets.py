@@ -9,7 +9,7 @@ import pytest
 
 from monitor.config import load_settings
 from monitor.runtime import Monitor
-from tests.pageserver import PageServer
+from tests.support.pageserver import PageServer
 
 SECRET = "s3cr3t-pa55"
 

@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from bench.promserver import PrometheusServer
 from monitor.app import create_app
 from monitor.config import ConfigError, load_settings
 from monitor.runtime import Monitor
 from monitor.service.shard import shard_of
-from tests.appserver import serve_asgi
 from tests.conftest import FIXTURES, require_binary
-from tests.pageserver import Generated, PageServer
 from tests.service.pagegen import grow
+from tests.support.appserver import serve_asgi
+from tests.support.pageserver import Generated, PageServer
+from tests.support.promserver import PrometheusServer
 
 NAMES = [f"vllm-{i}" for i in range(8)]
 SUMMED = ["inference_requests_per_second", "inference_prompt_tokens_per_second",

@@ -17,7 +17,7 @@ import pytest
 
 from monitor.config import load_settings
 from monitor.scrape import ScrapeError, fetch_page, fetch_target_page, target_connection
-from tests.rawhttp import RawHttpServer
+from tests.support.rawhttp import RawHttpServer
 
 PAGE = b"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n"
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n\r\n"

@@ -27,12 +27,12 @@ from monitor.service.collector import COLLECTOR, ServiceCollector
 from monitor.service.engines import find_engine
 from monitor.service.extract import SPLIT_VALUES, extract
 from monitor.service.workers import ParseWorkers
-from tests.appserver import serve_app
 from tests.conftest import FIXTURES
-from tests.pageserver import Page, PageServer
 from tests.service.pagegen import grow
 from tests.service.test_schedule import wait_for
 from tests.service.test_workers import until
+from tests.support.appserver import serve_app
+from tests.support.pageserver import Page, PageServer
 
 FIXTURE = (FIXTURES / "sample_vllm_v1.prom").read_text()
 REAL = (FIXTURES / "real_engines" / "vllm-0.33.0_t60.prom").read_text()

@@ -1,5 +1,5 @@
-"""The serve path's own connection per target (monitor.scrape.TargetConnection: h11 over an
-asyncio protocol), on hand-written HTTP/1.1 and on HTTPS, where a framework's server would hide
+"""The serve path's own connection per target (monitor.scrape.TargetConnection on the wire's
+client, monitor/wire/http1.py), on hand-written HTTP/1.1 and on HTTPS, where a framework's server would hide
 what happens on the connection: kept alive from one scrape to the next, dropped when idle past
 its expiry, when the server says `Connection: close`, after an answer whose body it never reads
 (an error page, a page over the limit), and verified against the CA it was given."""
@@ -14,7 +14,7 @@ import pytest
 import trustme
 
 from monitor.scrape import ScrapeError, TargetConnection, fetch_target_page
-from tests.rawhttp import RawHttpServer
+from tests.support.rawhttp import RawHttpServer
 
 PAGE = b"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n"
 
@@ -114,7 +114,7 @@ def test_bytes_on_an_idle_connection_mean_it_is_not_reused() -> None:
         pages = [await _scrape(conn, url)]
         pushed.set()
         for _ in range(500):  # until the client has read the unasked bytes
-            if conn.exchange is None or not conn.exchange.open():
+            if conn.kept is None or not conn.kept.open():
                 break
             await asyncio.sleep(0.01)
         pages.append(await _scrape(conn, url))
@@ -171,7 +171,7 @@ def test_a_kept_alive_connection_holds_no_page_between_scrapes() -> None:
                 del page
                 await asyncio.sleep(0)  # the step the answer woke ends: its wake-up (and the answer) go
                 gc.collect()
-                assert conn.exchange is not None and conn.exchange.open()  # kept alive for the next scrape
+                assert conn.kept is not None and conn.kept.open()  # kept alive for the next scrape
                 return tracemalloc.get_traced_memory()[0]
             finally:
                 tracemalloc.stop()
@@ -192,16 +192,16 @@ def test_a_lost_connection_is_freed_without_the_cyclic_collector(
     import gc
     import weakref
 
-    from monitor import scrape
+    from monitor.wire.http1 import Connection
 
     made: list[weakref.ref[object]] = []
-    connection_made = scrape._Exchange.connection_made
+    connection_made = Connection.connection_made
 
-    def spied(self: scrape._Exchange, transport: asyncio.BaseTransport) -> None:
+    def spied(self: Connection, transport: asyncio.BaseTransport) -> None:
         connection_made(self, transport)
         made.append(weakref.ref(self.socket_transport))  # under TLS, the socket's own under asyncio's
 
-    monkeypatch.setattr(scrape._Exchange, "connection_made", spied)
+    monkeypatch.setattr(Connection, "connection_made", spied)
     gc.collect()
     gc.disable()
     try:

@@ -37,7 +37,7 @@ from monitor.web.page import environment, render_page
 from monitor.web.terminal import print_overview
 from tests.alerting.test_evaluator import RecordingSink
 from tests.conftest import FIXTURES
-from tests.pageserver import Page, PageServer
+from tests.support.pageserver import Page, PageServer
 from tests.test_cli import env, infermon
 
 VLLM_PAGE = (FIXTURES / "sample_vllm_v1.prom").read_text()

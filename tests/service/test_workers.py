@@ -16,8 +16,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.pagefarm import PageFarm
-from bench.pages import fleet_page
 from monitor.config import ConfigError, ServiceSettings, load_settings
 from monitor.exporter import TextWriter, make_registry, render_text
 from monitor.health import HealthBook
@@ -29,10 +27,12 @@ from monitor.service.render import ServiceText, render_service
 from monitor.service.view import ServiceView
 from monitor.service.workers import MonitorFault, ParseWorkers
 from monitor.store.session import Store
-from tests.appserver import serve_app
 from tests.conftest import FIXTURES
 from tests.service.pagegen import grow
 from tests.service.test_schedule import wait_for
+from tests.support.appserver import serve_app
+from tests.support.pagefarm import PageFarm
+from tests.support.pages import fleet_page
 
 START = 1_767_300_000.0
 REAL = FIXTURES / "real_engines"

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from monitor.ports import free_port
-from tests.served_process import stop
+from tests.support.served_process import stop
 
 
 def _start(cwd: Path, port: int, *args: str) -> subprocess.Popen[str]:

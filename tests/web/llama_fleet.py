@@ -15,10 +15,10 @@ from monitor.app import create_app
 from monitor.config import load_settings
 from monitor.runtime import Monitor
 from monitor.sim import DEFAULT_MODEL, EngineConfig, LatencyProfile, SimServer, SimulatedEngine
-from tests.appserver import serve_asgi
 from tests.conftest import FIXTURES
-from tests.pageserver import Generated, PageServer
 from tests.service.pagegen import grow
+from tests.support.appserver import serve_asgi
+from tests.support.pageserver import Generated, PageServer
 
 LLAMA_PAGE = (FIXTURES / "pages" / "llamacpp.prom").read_text()
 TARGET = "llama-server-a"

@@ -12,8 +12,8 @@ from typing import Any
 from monitor.config import Settings, load_settings
 from monitor.demo import DEMO_TRACE
 from tests.conftest import FIXTURES
-from tests.pageserver import Generated, PageServer
 from tests.service.pagegen import grow
+from tests.support.pageserver import Generated, PageServer
 
 BASE_PAGE = (FIXTURES / "sample_vllm_v1.prom").read_text()
 

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from monitor.ports import free_port
-from tests.served_process import stop
+from tests.support.served_process import stop
 from tests.web.browser import browser_page
 from tests.web.llama_fleet import serving_llama_fleet
 

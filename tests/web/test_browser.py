@@ -22,9 +22,9 @@ import pytest
 from monitor.ports import free_port
 from monitor.runtime import Monitor
 from monitor.web.page import gib, ms, num, pct, usd
-from tests.appserver import serve_app
-from tests.pageserver import status_page
-from tests.served_process import stop
+from tests.support.appserver import serve_app
+from tests.support.pageserver import status_page
+from tests.support.served_process import stop
 from tests.web.browser import artifacts_dir, browser_page
 from tests.web.scenario import cell, row, settings_for, two_targets
 

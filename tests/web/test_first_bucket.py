@@ -14,9 +14,9 @@ from rich.console import Console
 from monitor.runtime import Monitor
 from monitor.web.page import ms
 from monitor.web.terminal import print_overview
-from tests.appserver import serve_app
-from tests.pageserver import Generated, PageServer
 from tests.service.pagegen import grow
+from tests.support.appserver import serve_app
+from tests.support.pageserver import Generated, PageServer
 from tests.web.scenario import BASE_PAGE, cell, row, settings_for
 
 TPOT = "vllm:request_time_per_output_token_seconds"

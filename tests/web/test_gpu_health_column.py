@@ -14,7 +14,7 @@ from monitor.runtime import Monitor
 from monitor.web.page import environment, render_page
 from monitor.web.terminal import print_overview
 from tests.conftest import FIXTURES
-from tests.pageserver import Page, PageServer
+from tests.support.pageserver import Page, PageServer
 from tests.web.scenario import cell, row
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from monitor.app import create_app
 from monitor.runtime import Monitor
-from tests.appserver import serve_asgi
+from tests.support.appserver import serve_asgi
 from tests.web.browser import artifacts_dir, browser_page
 from tests.web.llama_fleet import serving_llama_fleet
 from tests.web.scenario import settings_for, two_targets

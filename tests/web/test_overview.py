@@ -20,10 +20,10 @@ from monitor.web import overview as overview_module
 from monitor.web.overview import quality_rows, service_rows
 from monitor.web.page import environment, gib, ms, num, pct, render_page, usd
 from monitor.web.terminal import print_overview
-from tests.appserver import serve_app
-from tests.pageserver import status_page
 from tests.service.test_real_engine_pages import page as real_page
-from tests.turns import counting_turns
+from tests.support.appserver import serve_app
+from tests.support.pageserver import status_page
+from tests.support.turns import counting_turns
 from tests.web.scenario import cell, row, rules_file, settings_for, two_targets
 
 

@@ -21,7 +21,7 @@ from monitor.runtime import Monitor
 from monitor.web import overview as overview_module
 from monitor.web.page import environment, render_page
 from monitor.web.renders import LIMIT
-from tests.appserver import serve_asgi
+from tests.support.appserver import serve_asgi
 from tests.web.scenario import settings_for, two_targets
 from tests.web.test_overview import collected
 

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from monitor.cli import app
 from monitor.runtime import Monitor
-from tests.appserver import serve_app
-from tests.pageserver import PageServer, status_page
+from tests.support.appserver import serve_app
+from tests.support.pageserver import PageServer, status_page
 from tests.web.scenario import settings_for, two_targets
 
 

@@ -13,6 +13,10 @@ accepted and then never answered (HANG), a body sent a byte at a time (TRICKLE),
         ...
         server.set("/good", status_page(404))   # the target disappears
 
+`PageServer(keep_alive=True)` keeps a connection open after each complete page (`Page`,
+`Generated`), with TCP_NODELAY, as uvicorn (vLLM) and Go servers do: the benchmarks' engine
+pages, a scrape that does not pay for a connection (`growing(variants)` advances with wall time).
+
 Shutting down never blocks: hung and trickling handlers wait on one `stopping` event, every
 open connection is shut down, and all threads are daemons.
 """
@@ -53,13 +57,15 @@ class Connection:
     request: Request
     hit: int  # 1 for the first request to this path
     stopping: threading.Event
+    keep_alive: bool = False  # the connection stays open for the next request after this answer
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
 
     def send_head(self, status: int, headers: dict[str, str]) -> None:
         lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}"]
-        lines += [f"{name}: {value}" for name, value in {**headers, "Connection": "close"}.items()]
+        closing = {} if self.keep_alive else {"Connection": "close"}
+        lines += [f"{name}: {value}" for name, value in {**headers, **closing}.items()]
         self.send(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
 
     def hold(self, seconds: float | None = None) -> bool:
@@ -169,6 +175,17 @@ class Reset:
         conn.sock.close()
 
 
+def growing(variants: list[bytes], step_seconds: float = 1.0) -> Generated:
+    """A page whose counters advance with wall time: variant i is served in second i."""
+    start = time.monotonic()
+
+    def page(hit: int) -> bytes:
+        index = min(int((time.monotonic() - start) / step_seconds), len(variants) - 1)
+        return variants[index]
+
+    return Generated(page)
+
+
 def status_page(status: int, body: str = "") -> Page:
     return Page(body or f"{status} {_REASONS.get(status, 'Status')}\n", status=status)
 
@@ -196,6 +213,7 @@ class PageServer:
     """Threaded loopback server on a free port; paths not set answer 404."""
 
     host: str = "127.0.0.1"
+    keep_alive: bool = False
     hits: Counter[str] = field(default_factory=Counter)
     requests: list[Request] = field(default_factory=list)
 
@@ -299,15 +317,10 @@ class PageServer:
     def _handle(self, sock: socket.socket) -> None:
         try:
             sock.settimeout(None)
-            request = _read_request(sock)
-            if request is None:
-                return
-            with self._lock:
-                behaviour = self._routes.get(request.path) or status_page(404)
-                self.hits[request.path] += 1
-                self.requests.append(request)
-                hit = self.hits[request.path]
-            behaviour.serve(Connection(sock, request, hit, self._stopping))
+            if self.keep_alive:  # head and body are two writes: no 40 ms delayed-ACK stall between them
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            while self._answer(sock):
+                pass
         except (OSError, ValueError):
             pass  # the client went away (timed out, closed) or sent no HTTP: nothing to answer
         finally:
@@ -315,6 +328,20 @@ class PageServer:
                 self._open.discard(sock)
             _shutdown(sock)
             sock.close()
+
+    def _answer(self, sock: socket.socket) -> bool:
+        """Serve one request; True when the connection stays open for the next."""
+        request = _read_request(sock)
+        if request is None:
+            return False
+        with self._lock:
+            behaviour = self._routes.get(request.path) or status_page(404)
+            self.hits[request.path] += 1
+            self.requests.append(request)
+            hit = self.hits[request.path]
+        reuse = self.keep_alive and isinstance(behaviour, Page | Generated)  # the others end the connection
+        behaviour.serve(Connection(sock, request, hit, self._stopping, reuse))
+        return reuse
 
 
 def _read_request(sock: socket.socket) -> Request | None:

@@ -1,11 +1,11 @@
-"""Benchmark pages built from the real V1 fixture: 1 engine x 1 model, and 8 engines x 4 models."""
+"""Engine pages for benchmarks and tests from the real V1 fixture: 1 engine x 1 model, 8 engines x 4 models."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "sample_vllm_v1.prom"
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "sample_vllm_v1.prom"
 _MODEL = 'model_name="meta-llama/Llama-3.1-8B-Instruct"'
 
 

@@ -31,9 +31,9 @@ import httpx
 import pytest
 
 from monitor.ports import free_port
-from tests.served_process import wait_healthy
+from tests.support.served_process import wait_healthy
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 SCRIPT = ROOT / "scripts" / "vllm_server.sh"
 MODEL_NAME = "tiny-vllm"
 # Blocks of 128 tokens (the CPU backend's size): 6 hold 768 tokens, four answers of ~200 tokens

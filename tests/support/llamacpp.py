@@ -31,9 +31,9 @@ import numpy as np
 import pytest
 
 from monitor.ports import free_port
-from tests.served_process import wait_healthy
+from tests.support.served_process import wait_healthy
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 SCRIPT = ROOT / "scripts" / "llama_server.sh"
 MODEL_NAME = "tiny-llama"
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
