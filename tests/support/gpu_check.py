@@ -486,7 +486,7 @@ def phase_kind_or_none(name: str) -> str | None:
 
 
 class NoNvml(Exception):
-    pass
+    """NVML cannot be loaded or initialised here: the check has no GPU to read."""
 
 
 async def run_device(options: Options) -> Run:

@@ -319,8 +319,9 @@ class PageServer:
             sock.settimeout(None)
             if self.keep_alive:  # head and body are two writes: no 40 ms delayed-ACK stall between them
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            while self._answer(sock):
-                pass
+            keep_open = True
+            while keep_open:  # one request and its answer per turn, while the connection is kept alive
+                keep_open = self._answer(sock)
         except (OSError, ValueError):
             pass  # the client went away (timed out, closed) or sent no HTTP: nothing to answer
         finally:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Self
 
@@ -15,7 +17,7 @@ import yaml
 from monitor.ports import free_port
 
 
-class LoopbackBinary:
+class LoopbackBinary(ABC):
     """A real server binary on a free loopback port, its config and data in a temp folder of its own:
     `start()` writes `_config()` as YAML, runs the binary with `_arguments(config)` and waits for
     /-/ready (30 s; a process that exits fails at once, with its log); `stop()` ends it, removes the
@@ -33,11 +35,13 @@ class LoopbackBinary:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @abstractmethod
     def _config(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The server's config, written as YAML before it starts."""
 
+    @abstractmethod
     def _arguments(self, config: Path) -> list[str]:
-        raise NotImplementedError
+        """The binary's command-line arguments, given the written config's path."""
 
     def start(self) -> Self:
         config = self.dir / f"{self.name}.yml"
@@ -47,11 +51,9 @@ class LoopbackBinary:
                                             stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and self.process.poll() is None:
-            try:
+            with contextlib.suppress(httpx.HTTPError):  # not listening yet
                 if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
                     return self
-            except httpx.HTTPError:
-                pass
             time.sleep(0.2)
         log_tail = (self.dir / f"{self.name}.log").read_text(errors="replace")[-2000:]  # stop() removes it
         self.stop()
