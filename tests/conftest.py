@@ -30,7 +30,8 @@ SPREAD = frozenset({"tests/alerting/test_scorecard.py", "tests/service/test_scal
 ALONE = frozenset({"tests/test_connections.py", "tests/test_hostile_bodies.py",
                    "tests/alerting/test_store_off_loop.py", "tests/canary/test_sim_timings.py",
                    "tests/loadtest/test_run_sim.py", "tests/loadtest/test_compare.py",
-                   "tests/loadtest/test_hypotheses.py", "tests/loadtest/test_capacity.py"})
+                   "tests/loadtest/test_hypotheses.py", "tests/loadtest/test_capacity.py",
+                   "tests/integration/test_vs_prometheus.py"})
 
 
 def _file(nodeid: str) -> str:

@@ -20,7 +20,9 @@ from monitor.sim.load import LoadConfig, run_load
 from tests.conftest import require_binary
 from tests.support.promserver import PrometheusServer
 
-pytestmark = pytest.mark.prometheus
+# The two scrapers' windows see the same distribution only while the simulator's latencies hold still: with
+# the suite's other workers beside it, P99 TTFT and requests/s moved 3-70 % between the two (two runs, 2 cores).
+pytestmark = [pytest.mark.prometheus, pytest.mark.alone]
 
 WINDOW = "1m"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
